@@ -77,4 +77,15 @@ PREDICTIONS = [
         ("dgx-a100-4nic", 128, 1 << 30, "97.0", "97.0-97.4"), ("dgx-a100-4nic", 16, 64 << 20, "101.6", "101.6-102.2"),
         ("dgx-a100-4nic", 16, 256 << 20, "101.9", "101.9-102.3"), ("dgx-a100-4nic", 16, 1 << 30, "102.0", "102.0-102.4"),
         ("dgx-a100-4nic", 2, 64 << 20, "178.3", "178.3-178.6"), ("dgx-a100", 2, 64 << 20, "255.1", "255.1-255.4")]),
+    # Session 33 (written 02:16 UTC 2026-12-01, before the rerun): the shape's own runs at 1024 nodes (the one
+    # rail_window shape auto plays there; rail_lanes' best is far below at both sizes).
+    ("33", "from 4096 ranks rail_window's one shape K 64 D 2n R 2 direct with an intra window of 2 in place of the "
+     "ring's K 64 D n R 2; docs/simulator.md 'Session 33'", [
+        ("dgx-h100", 1024, 64 << 20, "347.8", "358.1", "358.1"), ("dgx-h100", 1024, 256 << 20, "359.4", "366.6", "366.6")]),
+    # Session 33, then (written 02:56 UTC, before the second rerun): the same shape under a window of 5n (the shape's
+    # own runs; windows 2n-8n swept at 64 MiB: 374.8 / 371.7 / 365.5 / 361.2 / 361.4 / 361.6 us).
+    ("33, then", "from 4096 ranks rail_window's one shape under a window of 5n in place of 2n", [
+        ("dgx-h100", 1024, 64 << 20, "358.1", "371.5"), ("dgx-h100", 1024, 256 << 20, "366.6", "377.2"),
+        # (written 03:19 UTC, before dgx-a100's rerun: the shape's own runs there, 713.1 and 2829.3 us)
+        ("dgx-a100", 1024, 64 << 20, "182.2", "188.2"), ("dgx-a100", 1024, 256 << 20, "185.8", "189.7")]),
 ]

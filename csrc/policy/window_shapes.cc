@@ -28,6 +28,12 @@ namespace commlib {
 // inside the host in flight, the oldest first, ir.h Schedule::intra_window): 128 nodes, 64 MiB,
 // 360.0 us (372.4 GB/s) against 365.9 for the session-29 shape; without the intra window the wider
 // window queued the ports (371.8 us) (docs/simulator.md "Session 32").
+// Session 33: from 4096 ranks the one shape is K 64 under a window of 5n, ramped (R 2), direct intra
+// phases and an intra window of 2: 1024 nodes, 64 MiB, 361.2 us (371.5 GB/s; D 2n 374.8, 3n 371.7,
+// 4n 365.5, 6n 361.4, 8n 361.6) against the ring's K 64 D n R 2 above, 382.1 (351.2). Session 32's best
+// there, K 128 D 2n with the same intra phases, 372.5 us (360.3), costs twice a run (auto's search at
+// 4096 ranks, 64 MiB +28 %): a rank posts twice the messages between hosts, 71 % of its CPU
+// (docs/simulator.md "Session 33").
 constexpr int kHugeRamp = 2;
 
 struct WindowShape {
@@ -41,7 +47,7 @@ struct WindowShape {
 std::vector<Composition> window_shapes(const CallShape& call, const Composition& cand, const sim::Topology& t) {
   std::vector<Composition> out;
   const bool huge = t.size() >= 4096;
-  static const std::vector<WindowShape> kHuge{{64, 2, kHugeRamp, "", 0}};
+  static const std::vector<WindowShape> kHuge{{64, 10, kHugeRamp, "direct", 2}};
   static const std::vector<WindowShape> kShapes{{128, 5, 2, "direct", 3}, {128, 4, 2, "direct", 0}, {64, 2, 0, "", 0},
                                                 {128, 4, 0, "", 0},       {128, 2, 0, "", 0},        {32, 2, 0, "", 0}};
   for (const WindowShape& w : huge ? kHuge : kShapes) {

@@ -24,7 +24,9 @@
 // inter-host messages a rank posts, stay K's (0: equal segments; a ramp whose smallest piece would
 // hold fewer than kMinWindowSegment elements a rank, or that would pass kMaxWindowLanes, is left out),
 // and above that (share >> 24, session 32) the intra window E (ir.h Schedule::intra_window: at most
-// E of a rank's steps inside the host in flight, the oldest first; 0 none).
+// E of a rank's steps inside the host in flight, the oldest first; 0 none). CollArgs::inter_algorithm
+// the segments' phase between the hosts (session 33): "" or "rabenseifner", or "radix4", recursive
+// quartering (radix_exchange.h: log4 H rounds of three messages instead of log2 H of one).
 // Where rail_halving does not pair (one host, unequal or non-power-of-two hosts) or a segment would
 // hold fewer than kMinWindowSegment elements per rank, it is rail_halving's plain form in one lane.
 #include <algorithm>
@@ -39,6 +41,7 @@
 #include "schedule/hierarchical_hosts.h"
 #include "schedule/hierarchical_layout.h"
 #include "schedule/lanes.h"
+#include "schedule/radix_exchange.h"
 #include "schedule/rail_halving.h"
 #include "schedule/registry.h"
 
@@ -107,7 +110,8 @@ std::pair<std::string, std::string> intra_pair(const std::string& name) {
 // drain and chain a lane), rabenseifner per rail between them, the three phases one after another as
 // hierarchical's composed form runs one segment (hierarchical_all_reduce.cc).
 Schedule segment_schedule(CollArgs b) {
-  if (b.intra_algorithm.empty()) return build_schedule(b, "rail_halving");
+  const bool radix4 = b.inter_algorithm == "radix4";
+  if (b.intra_algorithm.empty() && !radix4) return build_schedule(b, "rail_halving");
   const auto [rs, ag] = intra_pair(b.intra_algorithm);
   b.inter_algorithm = "rabenseifner";
   const HostMap m(b);
@@ -115,7 +119,7 @@ Schedule segment_schedule(CollArgs b) {
   IntraPhases phases(y, rs, ag, 0);
   Schedule s;
   append_steps(s, phases.rs(0));
-  append_steps(s, inter_phase(b, y, 0, 0, s.scratch_count));
+  append_steps(s, radix4 ? radix4_inter_phase(y, 0, 0, s.scratch_count) : inter_phase(b, y, 0, 0, s.scratch_count));
   append_steps(s, phases.ag(0));
   s.scratch_count = std::max(s.scratch_count, phases.scratch_end());
   return s;
@@ -127,12 +131,16 @@ Schedule all_reduce_rail_window(const CollArgs& a) {
   if (a.pieces < 0) throw std::invalid_argument("pieces: rail_window's window must be >= 0, got " + std::to_string(a.pieces));
   if (a.share < 0) throw std::invalid_argument("share: rail_window's stagger must be >= 0, got " + std::to_string(a.share));
   intra_pair(a.intra_algorithm);  // (a bad name fails on every host map, one lane or many)
+  if (!a.inter_algorithm.empty() && a.inter_algorithm != "rabenseifner" && a.inter_algorithm != "radix4")
+    throw std::invalid_argument("inter_algorithm: rail_window's segments take '', 'rabenseifner' or 'radix4', got '" +
+                                a.inter_algorithm + "'");
   const std::vector<std::pair<int64_t, int64_t>> segs = window_segments(a);
   const int K = static_cast<int>(segs.size());
   CollArgs b = a;
   b.segment = b.pieces = b.share = 0;
   if (K == 1) {  // rail_halving's plain form: one segment
     b.intra_algorithm.clear();
+    b.inter_algorithm.clear();
     return build_schedule(b, "rail_halving");
   }
   // Lane p: segment p's schedule, its input and output regions moved to the segment, its scratch

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "schedule/lanes.h"
+#include "schedule/radix_exchange.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -50,6 +51,10 @@ Schedule on_subgroup(Collective coll, const std::string& algorithm, int rank, in
     s.steps = merge_rounds(s.steps);
     s.window = 0;
   }
+  return rebased_on(std::move(s), g);
+}
+
+Schedule rebased_on(Schedule s, const Subgroup& g) {
   for (Step& st : s.steps) {
     for (Op& o : st.ops) {
       if (o.peer >= 0) o.peer = g.members[o.peer];

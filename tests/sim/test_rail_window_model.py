@@ -70,7 +70,8 @@ def test_the_shapes_auto_simulates():
     under a window of 5/2 segments' steps, ramped (R 2), direct inside the hosts, with an intra
     window of 3 first (session 32: 128 dgx-h100 nodes, 64 MiB, 360.0 us), then the same under two
     segments' steps without it (session 29: 365.9 us against the ring's 368.6), then the ring's
-    four; from 4096 ranks the one ring shape, K 64 ramped."""
+    four; from 4096 ranks one shape (session 33), K 64 under a window of 5n, ramped, direct, with an
+    intra window of 2 (1024 nodes, 64 MiB: 361.2 us against the ring's K 64 D n R 2, 382.1)."""
     count = (64 << 20) // 4
     shapes = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 16))
     n = _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 128, count, 0, _C.DType.float32,
@@ -80,8 +81,10 @@ def test_the_shapes_auto_simulates():
     assert shapes[1] == {"segment": count // 128, "pieces": 2 * n, "share": 2 << 16, "intra_algorithm": "direct"}
     assert [(s["segment"], s["share"], s["intra_algorithm"]) for s in shapes[2:]] == [
         (count // K, 0, "") for K in (64, 128, 128, 32)]
+    n = _C.schedule(_C.Collective.all_reduce, "rail_window", 0, 4096, count, 0, _C.DType.float32,
+                    [r // 8 for r in range(4096)], "", count // 64, "direct", 0, 2 << 16)["window"]
     huge = _C.simulated_shapes(_C.Collective.all_reduce, "rail_window", count, 4, engine("dgx-h100", 512))
-    assert huge == [{"segment": count // 64, "pieces": 0, "share": 2 << 16, "intra_algorithm": ""}]
+    assert huge == [{"segment": count // 64, "pieces": 5 * n, "share": 2 << 24 | 2 << 16, "intra_algorithm": "direct"}]
 
 
 @pytest.mark.timeout(120)
@@ -100,3 +103,24 @@ def test_the_intra_window_holds_the_hosts_steps_back():
     none, one, three, past = (time_s(E) for E in (0, 1, 3, 100))
     assert one > none and three != none, (none, one, three)
     assert past == none, (past, none)
+
+
+@pytest.mark.timeout(120)
+def test_radix4_between_hosts_plays_its_rounds():
+    """rail_window's inter phase by recursive quartering (session 33, CollArgs::inter_algorithm
+    "radix4", schedule/radix_exchange.h) in the model: 16 dgx-h100 nodes, 16 MiB in 16 segments with
+    direct intra phases. A rank's messages between hosts are 3 a round in 2 rounds each way instead of
+    1 in 4 (rabenseifner's): 12 a segment and rank instead of 8, the same bytes; the model plays
+    them (another time), and the per-message CPU between hosts, a rank's (sim/run.h post_sends), grows
+    with the count: 1.5x rabenseifner's."""
+    d = engine("dgx-h100", 16)
+
+    def run(inter):
+        return _C.simulate(_C.Collective.all_reduce, "rail_window", COUNT, 4, 0, d, inter, COUNT // 16, "direct")
+
+    two, four = run(""), run("radix4")
+    assert four["bytes_inter"] == two["bytes_inter"]
+    # 128 ranks x 16 segments x (12 - 8) more messages a segment and rank (rabenseifner's 2 log2 16)
+    assert four["transfers"] - two["transfers"] == 128 * 16 * 4, (two["transfers"], four["transfers"])
+    assert four["time_s"] != two["time_s"]
+    assert four["cpu_busy_s"] == pytest.approx(1.5 * two["cpu_busy_s"], rel=1e-6), (two["cpu_busy_s"], four["cpu_busy_s"])
