@@ -213,7 +213,9 @@ UNRUN_WHY = {
           "230-350 CPU-s each would have ended past its stop), then the cheap ring cells; a rail_ring cell needs 1000 "
           "CPU-s or more (below), more than the session had. The next run: "
           "`bench/sim_rails.py --jobs 1 --nodes 1024 --missing` on a quiet machine, one process (~1 GB for auto, ~2-3 GB "
-          "for rail_ring)",
+          "for rail_ring). Session 33 (03:24-04:05 UTC, nice 5, load 1-2) ran the ring cells, dgx-a100 auto at 4 and "
+          "16 MiB and rail_ring (NCCL's) on dgx-h100 at 64 and 256 MiB (1149 and 1006 CPU-s, 2.2 GB); the "
+          "other ten rail_ring cells are left (about 1000-1150 CPU-s each)",
 }
 # What the 1024-node points cost (session 29, measured here).
 SCALE_COST = (
