@@ -206,12 +206,13 @@ struct IntraPhases {
 };
 
 
-// (2) of segment t, composed: every block this rank owns all-reduced in place by
-// CollArgs::inter_algorithm on the sub-group of its owners (subgroup.h), one block after another
-// (each in `pieces` pieces one after another: the overlapped pipeline), with scratch from x_base;
-// raises scratch_end to cover it.
-inline std::vector<Step> inter_phase(const CollArgs& a, const Layout& y, int t, int64_t x_base, int64_t& scratch_end,
-                                     int pieces = 1) {
+// (2) of segment t: every block this rank owns all-reduced in place on the sub-group of its owners
+// (subgroup.h), one block after another (each in `pieces` pieces one after another: the overlapped
+// pipeline), with scratch from x_base; raises scratch_end to cover it. `build(g, count)` is one
+// piece's sub-schedule in the parent's terms: how the owners all-reduce it.
+template <class Build>
+inline std::vector<Step> owners_phase(const Layout& y, int t, int64_t x_base, int64_t& scratch_end, int pieces,
+                                      Build build) {
   Schedule tmp;
   if (y.H < 2) return tmp.steps;
   for (int b = y.first(y.h, y.i); b < y.first(y.h, y.i + 1); ++b) {
@@ -221,11 +222,19 @@ inline std::vector<Step> inter_phase(const CollArgs& a, const Layout& y, int t, 
     for (int q = 0; q < pieces; ++q) {
       g.input = g.output = Rebase{BufferId::Output, blk.offset + blk_off(blk.count, pieces, q)};
       g.scratch = Rebase{BufferId::Scratch, x_base};
-      append_schedule(tmp, on_subgroup(Collective::AllReduce, a.inter_algorithm, y.r, blk_len(blk.count, pieces, q), 0, g));
+      append_schedule(tmp, build(g, blk_len(blk.count, pieces, q)));
     }
   }
   scratch_end = std::max(scratch_end, tmp.scratch_count);
   return tmp.steps;
+}
+
+// owners_phase by CollArgs::inter_algorithm, a registered algorithm (the composed inter phase).
+inline std::vector<Step> inter_phase(const CollArgs& a, const Layout& y, int t, int64_t x_base, int64_t& scratch_end,
+                                     int pieces = 1) {
+  return owners_phase(y, t, x_base, scratch_end, pieces, [&](const Subgroup& g, int64_t count) {
+    return on_subgroup(Collective::AllReduce, a.inter_algorithm, y.r, count, 0, g);
+  });
 }
 
 // How the overlapped pipeline lays out a tick. The defaults are hierarchical's: the intra lane

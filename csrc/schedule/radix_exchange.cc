@@ -83,23 +83,14 @@ Schedule all_reduce_radix4(const CollArgs& a) {
 }
 
 std::vector<Step> radix4_inter_phase(const Layout& y, int t, int64_t x_base, int64_t& scratch_end) {
-  Schedule tmp;
-  if (y.H < 2) return tmp.steps;
-  for (int b = y.first(y.h, y.i); b < y.first(y.h, y.i + 1); ++b) {
-    Subgroup g;
-    for (int x = 0; x < y.H; ++x) g.members.push_back(y.owner(x, b));
-    const Region blk = y.span(BufferId::Output, t, b, b + 1);
-    g.input = g.output = Rebase{BufferId::Output, blk.offset};
-    g.scratch = Rebase{BufferId::Scratch, x_base};
+  return owners_phase(y, t, x_base, scratch_end, 1, [&](const Subgroup& g, int64_t count) {
     CollArgs sub;
     sub.coll = Collective::AllReduce;
     sub.rank = static_cast<int>(std::find(g.members.begin(), g.members.end(), y.r) - g.members.begin());
     sub.size = y.H;
-    sub.count = blk.count;
-    append_schedule(tmp, rebased_on(all_reduce_radix4(sub), g));
-  }
-  scratch_end = std::max(scratch_end, tmp.scratch_count);
-  return tmp.steps;
+    sub.count = count;
+    return rebased_on(all_reduce_radix4(sub), g);
+  });
 }
 
 }  // namespace sched
