@@ -49,19 +49,23 @@ struct ChoiceKey {
   int64_t count;
   uint64_t slots_bytes, registry;
   std::string policy_algorithm;
+  double one_block_bytes, block_bytes;  // the grid settings (a user may change them); the fits are constants
   bool operator<(const ChoiceKey& o) const {
-    return std::tie(coll, size, elem_bytes, route, count, slots_bytes, registry, policy_algorithm) <
-           std::tie(o.coll, o.size, o.elem_bytes, o.route, o.count, o.slots_bytes, o.registry, o.policy_algorithm);
+    return std::tie(coll, size, elem_bytes, route, count, slots_bytes, registry, policy_algorithm, one_block_bytes,
+                    block_bytes) < std::tie(o.coll, o.size, o.elem_bytes, o.route, o.count, o.slots_bytes, o.registry,
+                                            o.policy_algorithm, o.one_block_bytes, o.block_bytes);
   }
 };
 constexpr size_t kChoiceMemo = 4096;  // shapes kept (then forgotten all at once: a bound, not a policy)
 
-std::string model_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes) {
+std::string model_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes,
+                         const DeviceCostParams& params) {
   static std::mutex mu;
   static std::map<ChoiceKey, std::string> memo;
   const ChoiceKey key{static_cast<int>(call.coll), size, call.elem_bytes, static_cast<int>(route), call.count,
                       route == DeviceRoute::Slots ? slots_bytes : 0, registry_generation(),
-                      call.coll == Collective::AllReduce ? std::string() : call.policy_algorithm};
+                      call.coll == Collective::AllReduce ? std::string() : call.policy_algorithm,
+                      params.one_block_bytes, params.block_bytes};
   {
     std::lock_guard<std::mutex> lk(mu);
     auto it = memo.find(key);
@@ -69,7 +73,8 @@ std::string model_choice(const KernelAutoCall& call, int size, DeviceRoute route
   }
   // The tie rule of every choice by predicted time (tie_rule.h): the first candidate within the tie of the least.
   const std::vector<KernelAutoCandidate> cands =
-      kernel_auto_candidates(call.coll, size, call.count, call.elem_bytes, route, slots_bytes, call.policy_algorithm);
+      kernel_auto_candidates(call.coll, size, call.count, call.elem_bytes, route, slots_bytes, call.policy_algorithm,
+                             params);
   std::vector<double> times;
   for (const KernelAutoCandidate& k : cands) times.push_back(k.fits ? k.cost.seconds : std::numeric_limits<double>::infinity());
   const size_t pick = tie_pick(times);
@@ -84,7 +89,8 @@ std::string model_choice(const KernelAutoCall& call, int size, DeviceRoute route
 
 std::vector<KernelAutoCandidate> kernel_auto_candidates(Collective coll, int size, int64_t count, int elem_bytes,
                                                         DeviceRoute route, uint64_t slots_bytes,
-                                                        const std::string& policy_algorithm) {
+                                                        const std::string& policy_algorithm,
+                                                        const DeviceCostParams& params) {
   std::vector<std::string> names;
   if (coll == Collective::AllReduce)
     names = {"direct", "two_shot"};
@@ -95,7 +101,7 @@ std::vector<KernelAutoCandidate> kernel_auto_candidates(Collective coll, int siz
       names.push_back(spec.name);
   std::vector<KernelAutoCandidate> out;
   for (const std::string& name : names) {
-    KernelAutoCandidate k{name, device_call_cost(coll, name, size, count, elem_bytes, route), true};
+    KernelAutoCandidate k{name, device_call_cost(coll, name, size, count, elem_bytes, route, params), true};
     if (route == DeviceRoute::Slots && algorithm_is_one_sided(coll, name)) k.fits = k.cost.stage_need <= slots_bytes;
     out.push_back(std::move(k));
   }
@@ -107,24 +113,25 @@ namespace {
 bool one_shot_size(int size, uint64_t bytes) { return bytes * static_cast<uint64_t>(size - 1) <= kOneShotBytes; }
 }  // namespace
 
-std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes) {
+std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes,
+                               const DeviceCostParams& params) {
   // Rule 2, but for an all_reduce on mapped buffers: the model (device_auto.h says why)
   const bool measured = call.coll == Collective::AllReduce && route == DeviceRoute::Mapped;
   if (!measured && one_shot_size(size, call.bytes()))  // the one-shot (all_reduce), else the policy's
     return call.coll == Collective::AllReduce ? "direct" : call.policy_algorithm;
-  return model_choice(call, size, route, slots_bytes);
+  return model_choice(call, size, route, slots_bytes, params);
 }
 
 bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
   std::string tuned;
   if (!kernel_auto_applies(size, topology, in, call) || tuned_row(call, size, &tuned)) return false;
-  return algorithm_is_one_sided(call.coll, kernel_auto_choice(call, size, DeviceRoute::Mapped, in.slots_bytes));
+  return algorithm_is_one_sided(call.coll, kernel_auto_choice(call, size, DeviceRoute::Mapped, in.slots_bytes, in.cost));
 }
 
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call) {
   if (!kernel_auto_applies(size, topology, in, call)) return 0;
   std::string name;
-  if (!tuned_row(call, size, &name)) name = kernel_auto_choice(call, size, in.route, in.slots_bytes);
+  if (!tuned_row(call, size, &name)) name = kernel_auto_choice(call, size, in.route, in.slots_bytes, in.cost);
   if (name.empty() || name == call.policy_algorithm) return 0;
   return static_cast<uint8_t>(algorithm_index(call.coll, name));
 }

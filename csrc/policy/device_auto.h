@@ -127,6 +127,10 @@ struct KernelAutoInputs {
   // The slots area (KernelPath::staging_capacity()): a one-sided plan staged through the slots
   // must fit it (0: none fits, e.g. before connect).
   uint64_t slots_bytes = 0;
+  // The model's constants, with the grid settings this engine's kernel path runs: one_block_bytes
+  // COMMLIB_DEVICE_LL_BYTES (a message plan's one-block rule), block_bytes COMMLIB_DEVICE_BLOCK_BYTES
+  // (a one-sided plan's grid); the defaults are the settings' defaults.
+  DeviceCostParams cost;
 };
 
 // A call's shape as the rule reads it: `count` elements of `elem_bytes` (`bytes` their product);
@@ -153,7 +157,8 @@ bool kernel_auto_may_map(int size, const Topology& topology, const KernelAutoInp
 uint8_t kernel_auto_algorithm(int size, const Topology& topology, const KernelAutoInputs& in, const KernelAutoCall& call);
 
 // Rules 2 and 3 alone (no tuning row, whatever the engine): what the rule takes for `call` on `route`.
-std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes);
+std::string kernel_auto_choice(const KernelAutoCall& call, int size, DeviceRoute route, uint64_t slots_bytes,
+                               const DeviceCostParams& params = {});
 
 // The device's own choice where the host policy's algorithm is host-engine only (kHostOnly, e.g. the
 // host tuning table's "shared" broadcast rows, measured on the host engine's shared-memory write):
@@ -172,6 +177,7 @@ struct KernelAutoCandidate {
 // `route`, with the model's costs, in the order the rule breaks ties (the first fastest wins).
 std::vector<KernelAutoCandidate> kernel_auto_candidates(Collective coll, int size, int64_t count, int elem_bytes,
                                                         DeviceRoute route, uint64_t slots_bytes,
-                                                        const std::string& policy_algorithm);
+                                                        const std::string& policy_algorithm,
+                                                        const DeviceCostParams& params = {});
 
 }  // namespace commlib

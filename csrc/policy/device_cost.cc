@@ -109,7 +109,7 @@ DeviceCost device_call_cost(Collective coll, const std::string& algorithm, int s
     // A message plan: one block where every item fits the LL protocol (KernelPath::launch), its
     // check folded into the data handshakes where every peer has a message; else a grid, the
     // check its own exchange (a wait before the first step) and grid barrier.
-    bool one_block = size > 1, every_peer = false;
+    bool one_block = size > 1 && params.one_block_bytes > 0, every_peer = false;  // LL bytes 0: never
     std::vector<bool> peer(size, false);
     for (const Step& st : s.steps)
       for (const Op& o : st.ops) {

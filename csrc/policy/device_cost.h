@@ -19,8 +19,8 @@
 //   W  the cross-rank waits in sequence: the schedule's steps that wait on a peer (a receive, or a
 //      one-sided wait; a step's waits overlap), the closing handshake a launch staged through the
 //      slots adds (docs/gpu.md "Which buffers take which path"), and a message plan's descriptor
-//      check where it is its own exchange: on a grid (some item above COMMLIB_DEVICE_LL_BYTES'
-//      default, 8 KiB), or one block whose plan misses a peer; one block joining every peer folds
+//      check where it is its own exchange: on a grid (some item above COMMLIB_DEVICE_LL_BYTES,
+//      8 KiB by default; 0: always a grid), or one block whose plan misses a peer; one block joining every peer folds
 //      it into the data handshakes (plan_call_check.cuh). Session 31's H200 run: direct 45.3 us at
 //      4 KiB (one block), 73.7 at 16 KiB (a grid).
 //   G  grid barriers per block, none on a grid of one block (there the block's own __syncthreads):
@@ -67,10 +67,11 @@ struct DeviceCostParams {
   double grid_barrier_s = 1e-6;             // t_b
   double one_sided_bytes_per_s = 0.975e12;  // R of a one-sided plan, per rank
   double message_bytes_per_s = 0.382e12;    // R of a message plan, per rank
+  // The grid settings: device auto passes its kernel path's (StreamEngine::kernel_auto_inputs).
   double one_block_bytes = 8192;            // a message plan whose items are all this small runs on one
-                                            // block (COMMLIB_DEVICE_LL_BYTES's default)
+                                            // block (COMMLIB_DEVICE_LL_BYTES; 0: never)
   double block_bytes = 262144;              // a one-sided grid's bytes per block per handshake
-                                            // (COMMLIB_DEVICE_BLOCK_BYTES's default)
+                                            // (COMMLIB_DEVICE_BLOCK_BYTES)
 };
 double handshake_seconds(int size, const DeviceCostParams& params = {});
 

@@ -94,6 +94,8 @@ class KernelPath final : public DevicePathRunner {
   bool usable() const { return usable_; }
   // auto's crossover for this engine's world size, read once when it is created (device_auto.h).
   uint64_t kernel_max_bytes() const { return kernel_max_bytes_; }
+  uint32_t ll_bytes() const { return ll_bytes_; }           // COMMLIB_DEVICE_LL_BYTES as this path runs it
+  uint64_t block_bytes() const { return block_bytes_; }     // COMMLIB_DEVICE_BLOCK_BYTES
   // Enqueues the call's kernel on `stream` (DevicePathRunner): the plan's schedule lowered once per
   // call shape, the descriptor checked against the peers' inside the kernel before the first step
   // (plan_call_check.cuh). What the watchdog watches of a launch: Launched::done (host address)

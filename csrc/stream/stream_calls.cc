@@ -20,9 +20,14 @@ DeviceRoute StreamEngine::staged_route() const {
 }
 
 KernelAutoInputs StreamEngine::kernel_auto_inputs(DeviceRoute route) const {
-  return KernelAutoInputs{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
-                          kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes, route,
-                          kernel_ ? static_cast<uint64_t>(kernel_->staging_capacity()) : 0};
+  KernelAutoInputs in{device_->plan_blocks(1) > 0, opts_.path, opts_.link == DeviceLinkSetting::Nccl,
+                      kernel_ ? kernel_->kernel_max_bytes() : kKernelPathMaxBytes, route,
+                      kernel_ ? static_cast<uint64_t>(kernel_->staging_capacity()) : 0};
+  if (kernel_) {  // the model costs the grids this path launches (before connect: the settings' defaults)
+    in.cost.one_block_bytes = kernel_->ll_bytes();
+    in.cost.block_bytes = static_cast<double>(std::max<uint64_t>(kernel_->block_bytes(), 1));
+  }
+  return in;
 }
 
 const ResolvedPlan& StreamEngine::plan_of(const CollectiveCall& call, uint8_t* kernel_auto) {

@@ -166,3 +166,24 @@ def test_docs_publish_the_models_predictions():
         doc = f.read()
     missing = [r for r in model_table() if r not in doc]
     assert not missing, "docs/gpu.md's table differs from the model; regenerate:\n" + "\n".join(model_table())
+
+
+def test_the_grid_settings_change_the_grids_the_model_costs():
+    """COMMLIB_DEVICE_LL_BYTES (ll_bytes) and COMMLIB_DEVICE_BLOCK_BYTES (block_bytes) as the engine
+    passes them: a small message plan is one block only while its items fit the LL protocol (never
+    at 0: then a grid, its descriptor check its own exchange, a barrier per step and the check's);
+    a one-sided grid takes a block per block_bytes of a handshake's region."""
+    def direct(n, **grid):
+        [k] = [k for k in _C.device_auto_candidates(AR, 3, n, route="mapped", **grid) if k["algorithm"] == "direct"]
+        return k["waits"], k["grid_barriers"]
+    assert direct(2) == (1, 0) and direct(2, ll_bytes=0) == (2, 5)
+    assert direct(16384) == (2, 5) and direct(16384, ll_bytes=65536) == (1, 0)
+    two = cost(AR, "mapped_fused_two_shot", 3 << 20, "mapped")  # 768 KiB a handshake at P = 4
+    [small] = [k for k in _C.device_auto_candidates(AR, P, (3 << 20) // 4, route="mapped", block_bytes=4096)
+               if k["algorithm"] == "mapped_fused_two_shot"]
+    assert (two["grid_barriers"], small["grid_barriers"]) == (1, 1), (two, small)
+    [one] = [k for k in _C.device_auto_candidates(AR, P, (3 << 20) // 4, route="mapped", block_bytes=1 << 20)
+             if k["algorithm"] == "mapped_fused_two_shot"]
+    assert one["grid_barriers"] == 0 and one["seconds"] < two["seconds"], one
+    with pytest.raises(ValueError, match="block_bytes"):
+        _C.device_auto_candidates(AR, P, 16, block_bytes=0)

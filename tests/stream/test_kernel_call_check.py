@@ -47,13 +47,14 @@ def test_the_kernel_finds_a_mismatch_the_control_plane_cannot_see(pool, scenario
         assert later is not None and later < 1.0, f"rank {rank}: aborted communicator did not fail at once"
 
 
-def model_choices(coll, size, counts, route, policy=""):
+def model_choices(coll, size, counts, route, policy="", **grid):
     """What device auto takes per policy/device_auto.h rules 2 and 3 (the cost model of
     policy/device_cost.h), asked of the model in this process: the tests compare a run's choice
-    with it, and pin it too, so that neither the rule nor the engine's route can drift alone."""
+    with it, and pin it too, so that neither the rule nor the engine's route can drift alone.
+    `grid`: ll_bytes, block_bytes (the grid settings the model is told, defaults theirs)."""
     from commlib import _C
     return [_C.device_auto_choice(getattr(_C.Collective, coll), size, n, route=route, slots_bytes=64 << 20,
-                                  policy_algorithm=policy) for n in counts]
+                                  policy_algorithm=policy, **grid) for n in counts]
 
 
 @pytest.mark.parametrize("path", ["auto", "kernel", "copy", "auto+override"])
@@ -121,6 +122,22 @@ def test_auto_maps_where_every_rank_can(pool, path, shareable, staging):
     assert model_choices("reduce_scatter", 3, (16384, 65537), rs_route, "ring") == rs_want
     for ran, ok in pool(3, env=DELAY_ENV).run(reduce_scatter_auto, settings, shareable, timeout=60):
         assert ok and ran == rs_want, (ran, rs_want)
+
+
+@pytest.mark.parametrize("ll_bytes,want", [(0, [MAPPED_AUTO] * 4), (65536, ["direct", "direct", MAPPED_AUTO, MAPPED_AUTO])])
+def test_auto_costs_the_grids_the_settings_launch(pool, ll_bytes, want):
+    """COMMLIB_DEVICE_LL_BYTES decides whether a small message plan runs on one block (the LL
+    protocol) or a grid with its own descriptor exchange: device auto ranks the grid the kernel path
+    will launch, not the setting's default. Mapped buffers, 3 ranks: at 0 (never LL) direct's 8 B
+    is a grid and the fused two-shot wins there too; at 64 KiB direct's 64 KiB call stays on one
+    block and wins (the default, 8 KiB: [direct, fused two-shot x 3])."""
+    assert model_choices("all_reduce", 3, AUTO_COUNTS, "mapped") == ["direct"] + [MAPPED_AUTO] * 3
+    assert model_choices("all_reduce", 3, AUTO_COUNTS, "mapped", ll_bytes=ll_bytes) == want
+    settings = {"COMMLIB_DEVICE_PATH": "auto", "COMMLIB_DEVICE_LL_BYTES": str(ll_bytes)}
+    for before, after, policy, paths, ok, ran in pool(3, env=DELAY_ENV).run(
+            kernel_auto_choices, settings, None, (0, 1, 2), timeout=60):
+        assert ok and paths == ["kernel"] * 4, (ok, paths)
+        assert ran == want, (ran, want)
 
 
 @pytest.mark.timeout(120)
