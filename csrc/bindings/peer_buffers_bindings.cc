@@ -54,6 +54,15 @@ py::dict view_dict(const PeerBufferView& v) {
 }  // namespace
 
 void bind_peer_buffers(py::module_& m) {
+  m.def(
+      "_peer_buffers_table_layout",
+      [] {
+        py::dict d;
+        for (const auto& [name, value] : PeerBuffers::table_layout()) d[py::str(name)] = value;
+        return d;
+      },
+      "The layout of a rank's table of peers' buffers (device/peer_buffers_table.h), byte offsets and "
+      "sizes by name: for tests that forge a peer's entries.");
   auto device = py::reinterpret_borrow<py::class_<Device, std::shared_ptr<Device>>>(m.attr("Device"));
   device.def(
       "memory_range",

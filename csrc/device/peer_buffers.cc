@@ -4,6 +4,8 @@
 #include "device/peer_buffers.h"
 #include "device/peer_buffers_table.h"
 
+#include <cstddef>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -375,6 +377,19 @@ size_t PeerBuffers::imports() const {
   for (const auto& row : imports_)
     for (const Import& imp : row) n += imp.base != nullptr;
   return n;
+}
+
+std::vector<std::pair<std::string, size_t>> PeerBuffers::table_layout() {
+  using Segment = Shared::Segment;
+  using Entry = Shared::Entry;
+  return {{"segments", offsetof(Shared, segments)},      {"segment_bytes", sizeof(Segment)},
+          {"segment_count", kSegments},                 {"segment_id", offsetof(Segment, id)},
+          {"segment_bytes_field", offsetof(Segment, bytes)}, {"segment_handle", offsetof(Segment, handle)},
+          {"ring", offsetof(Shared, ring)},             {"agreed", offsetof(Shared, agreed)},
+          {"ring_calls", kRing},                        {"buffers_per_call", kBuffersPerCall},
+          {"entry_bytes", sizeof(Entry)},               {"entry_call_plus_one", offsetof(Entry, call_plus_one)},
+          {"entry_id", offsetof(Entry, id)},            {"entry_offset", offsetof(Entry, offset)},
+          {"entry_slot", offsetof(Entry, slot)},        {"entry_bytes_field", offsetof(Entry, bytes)}};
 }
 
 }  // namespace commlib

@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -149,6 +150,9 @@ class PeerBuffers {
   // This rank's live registrations and the peers' slots it maps now.
   size_t registrations() const;
   size_t imports() const;
+  // The table's layout as byte offsets and sizes (peer_buffers_table.h), for the tests that forge a
+  // peer's entries through /proc: they read it here rather than keep a copy that could drift.
+  static std::vector<std::pair<std::string, size_t>> table_layout();
 
  private:
   struct Shared;  // the table's layout (peer_buffers.cc)

@@ -84,11 +84,20 @@ def changing_buffers(comm):
     return with_settings(comm, dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="65536"), run)
 
 
-# The layout of a rank's table of peers' buffers (csrc/device/peer_buffers_table.h): 64 bytes of
-# header, 1024 segments of 192 bytes, two rings (lookup's, then agree's) of 256 calls x 4 buffers x
-# 64-byte entries {seq, call_plus_one, id, offset, slot, bytes, pad x 2}.
-_SEGMENTS, _SEGMENT_BYTES, _RING, _PER_CALL, _ENTRY = 1024, 192, 256, 4, 64
-_AGREED = 64 + _SEGMENTS * _SEGMENT_BYTES + _RING * _PER_CALL * _ENTRY
+def _table_layout():
+    """The layout of a rank's table of peers' buffers, as the library builds it
+    (_C._peer_buffers_table_layout: csrc/device/peer_buffers_table.h): (segments' offset, segment
+    bytes, segment count, agreed ring's offset, ring calls, buffers a call, entry bytes). The struct
+    formats below read a segment as {seq, id, bytes, handle} and an entry as {seq, call_plus_one,
+    id, offset, slot, bytes}, 8-byte words in that order: checked here, so a change to the table
+    fails the forging tests by name instead of forging the wrong field."""
+    from commlib import _C
+    t = _C._peer_buffers_table_layout()
+    assert (t["segment_id"], t["segment_bytes_field"], t["segment_handle"]) == (8, 16, 24), t
+    assert (t["entry_call_plus_one"], t["entry_id"], t["entry_offset"], t["entry_slot"],
+            t["entry_bytes_field"]) == (8, 16, 24, 32, 40), t
+    return (t["segments"], t["segment_bytes"], t["segment_count"], t["agreed"], t["ring_calls"],
+            t["buffers_per_call"], t["entry_bytes"])
 
 
 def _peer_buffer_tables():
@@ -107,14 +116,15 @@ def _inflated_segment(m, slot):
     memory handle) under a new buffer id, claiming 64 times its bytes: (new id, new slot, the
     allocation's real bytes)."""
     import struct
-    at = lambda k: 64 + k * _SEGMENT_BYTES  # noqa: E731  (the table's header is a line)
+    first, seg_bytes, segments = _table_layout()[:3]
+    at = lambda k: first + k * seg_bytes  # noqa: E731
     seq, bid, nbytes = struct.unpack_from("<QQQ", m, at(slot))
-    handle = bytes(m[at(slot) + 24:at(slot) + _SEGMENT_BYTES])
-    free = next(k for k in range(_SEGMENTS - 1, -1, -1) if struct.unpack_from("<Q", m, at(k) + 8)[0] == 0)
+    handle = bytes(m[at(slot) + 24:at(slot) + seg_bytes])
+    free = next(k for k in range(segments - 1, -1, -1) if struct.unpack_from("<Q", m, at(k) + 8)[0] == 0)
     s = struct.unpack_from("<Q", m, at(free))[0]
     struct.pack_into("<Q", m, at(free), s + 1)
     struct.pack_into("<QQ", m, at(free) + 8, bid + (1 << 48), nbytes * 64)
-    m[at(free) + 24:at(free) + _SEGMENT_BYTES] = handle
+    m[at(free) + 24:at(free) + seg_bytes] = handle
     struct.pack_into("<Q", m, at(free), s + 2)
     return bid + (1 << 48), free, nbytes
 
@@ -140,21 +150,22 @@ def forged_entry(comm, victim, field, value):
         sub.barrier()
         if r == victim:
             (fd,) = _peer_buffer_tables() - before
+            agreed, ring, per_call, entry = _table_layout()[3:]
             with open(f"/proc/self/fd/{fd}", "r+b") as f:
                 m = mmap.mmap(f.fileno(), 0)
-                entries = [struct.unpack_from("<QQQQQQ", m, _AGREED + k * _ENTRY) for k in range(_RING * _PER_CALL)]
+                entries = [struct.unpack_from("<QQQQQQ", m, agreed + k * entry) for k in range(ring * per_call)]
                 last = max(e[1] for e in entries) - 1  # the last call this rank agreed on
                 nxt = last + 1
                 if field == "segment":
-                    forged = _inflated_segment(m, entries[(last % _RING) * _PER_CALL][4])
+                    forged = _inflated_segment(m, entries[(last % ring) * per_call][4])
                 for w in (0, 1):
-                    seq, _, bid, offset, slot, nbytes = entries[(last % _RING) * _PER_CALL + w]
+                    seq, _, bid, offset, slot, nbytes = entries[(last % ring) * per_call + w]
                     fields = dict(offset=offset, slot=slot, call=nxt)
                     if field == "segment":  # past the real allocation, inside the claimed one
                         bid, fields["slot"], fields["offset"] = forged[0], forged[1], forged[2] + value
                     else:
                         fields[field] = value if field != "call" else nxt + value
-                    at = _AGREED + ((nxt % _RING) * _PER_CALL + w) * _ENTRY
+                    at = agreed + ((nxt % ring) * per_call + w) * entry
                     s = struct.unpack_from("<Q", m, at)[0]
                     struct.pack_into("<Q", m, at, s + 1)
                     struct.pack_into("<QQQQQ", m, at + 8, fields["call"] + 1, bid, fields["offset"], fields["slot"],
