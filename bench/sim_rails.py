@@ -18,7 +18,8 @@ is checked on the preset with `nics` = 4 (GPU i uses NIC i % 4).
 simulated again replaces its old value), so a long sweep can be run one node count at a time, and
 `--algorithms` only some of ring, rail_ring and auto, `--topologies` and `--sizes` (MiB) only those
 points (each such rerun is listed with its date and the machine's load); `--missing` skips the points the JSON file already holds; `--published` adds the
-published points' rail_ring runs.
+published points' rail_ring runs. Each point records the commit it was simulated at: after a change to the model,
+rerun every point (`--nodes 2,16,128` and the 1024-node cells) rather than some, or the tables mix models.
 """
 from __future__ import annotations
 
@@ -67,6 +68,15 @@ def nic_floor(name, nics, nodes) -> float:
     return per_host * nodes / (nodes - 1) * (P - 1) / P
 
 
+def _commit() -> str:
+    """The checkout's commit, which each point records: a point keeps the model of the code it was run
+    with, and a later change to the model leaves it stale until it is run again (session 34 found
+    dgx-a100 rows up to 33 % off after partial reruns)."""
+    import subprocess
+    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=8", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "unknown"
+
+
 def _point(args):
     name, nics, nodes, alg, size = args
     _C.clear_tuning()  # this machine's measured table says nothing about the simulated cluster
@@ -77,7 +87,7 @@ def _point(args):
     if r["resolved"] == "rail_split":  # the rail rings' share of the buffer, as the model chose it
         label += f" ({r['sim']['share'] / 1024:.2f} rails)"
     return {"topology": topo.name, "nodes": nodes, "algorithm": alg, "bytes": size, "busbw_GBps": r["busbw_GBps"],
-            "resolved": label, "wall_s": time.perf_counter() - t0}
+            "resolved": label, "wall_s": time.perf_counter() - t0, "commit": _commit()}
 
 
 def sizes_for(nodes, alg):
@@ -206,24 +216,18 @@ AT_SCALE = (
 
 # Why a table's cell is "-" (the points `sizes_for` asks for that no run has filled), per node count.
 UNRUN_WHY = {
-    128: "dgx-a100-4nic was tabled from 64 MiB, its published point's plateau, in session 26; its small sizes "
-         "were never run",
-    1024: "session 29 ran the 1024-node cells one at a time at nice 10 on the 2 shared cores (load 2-7, about half "
-          "a core) from 16:00 to 16:46 UTC, in order of value: auto on dgx-h100, auto on dgx-a100 (4 and 16 MiB left: "
-          "230-350 CPU-s each would have ended past its stop), then the cheap ring cells; a rail_ring cell needs 1000 "
-          "CPU-s or more (below), more than the session had. The next run: "
-          "`bench/sim_rails.py --jobs 1 --nodes 1024 --missing` on a quiet machine, one process (~1 GB for auto, ~2-3 GB "
-          "for rail_ring). Session 33 (03:24-04:05 UTC, nice 5, load 1-2) ran the ring cells, dgx-a100 auto at 4 and "
-          "16 MiB and rail_ring (NCCL's) on dgx-h100 at 64 and 256 MiB (1149 and 1006 CPU-s, 2.2 GB); the "
-          "other ten rail_ring cells are left (about 1000-1150 CPU-s each)",
+    1024: "session 29 ran the 1024-node cells one at a time on the 2 shared cores, auto and ring first; session 33 "
+          "and 34 ran rail_ring's (NCCL's), 760-1750 CPU-s and 2.2 GB a cell (below); a cell listed here was "
+          "added or cleared since: `bench/sim_rails.py --jobs 1 --nodes 1024 --missing`",
 }
-# What the 1024-node points cost (session 29, measured here).
+# What the 1024-node points cost (sessions 29-34, measured here).
 SCALE_COST = (
-    "What a 1024-node point costs here (session 29, CPU seconds of one process, load 2-7): ring 64-89 (134 M steps: "
-    "2 x 8191 on each of 8192 ranks); auto 73-80 at 1 MiB, 231 / 352 at 4 / 16 MiB on dgx-h100 (0.2-1.0 GB), 651 at "
-    "256 MiB on dgx-a100 (1.2 GB); rail_ring not run: 8 channels of the ring's steps (1.07 G), 11.2 CPU-s at 128 nodes "
-    "and 62.7 at 256 (1 MiB; x5.6 for x4 the steps), so at least 16 x 62.7 = 1000 at 1024 nodes (docs/simulator.md, "
-    "'Scale: compaction', says why compaction does not shrink it and what could).")
+    "What a 1024-node point costs here (CPU seconds of one process): ring 64-89 (134 M steps: 2 x 8191 on each of "
+    "8192 ranks; session 29, load 2-7); auto 73-80 at 1 MiB, 231 / 352 at 4 / 16 MiB on dgx-h100 (0.2-1.0 GB), 651 at "
+    "256 MiB on dgx-a100 (1.2 GB); rail_ring, 8 channels of the ring's steps (1.07 G), 760-1150 a cell alone on a "
+    "core (sessions 33-34: dgx-a100 at 1 MiB-1 GiB, dgx-h100 at 1, 4, 64 and 256 MiB), about 1750 at dgx-h100's 16 MiB "
+    "and 1 GiB (sharing the cores with other runs), 2.2 GB (docs/simulator.md, 'Scale: compaction', says why compaction does not shrink it "
+    "and what could).")
 
 
 def markdown(data) -> list[str]:
@@ -281,6 +285,12 @@ def markdown(data) -> list[str]:
     out.append(f"Slowest point: {slow['topology']} {slow['nodes']} nodes {slow['algorithm']} {fmt_bytes(slow['bytes'])}, "
                f"{slow['wall_s']:.0f} s. " + SCALE_COST)
     out.append(f"Sweep: {data['jobs']} processes, {data['wall_s']:.0f} s on this shared 2-core VM (the runs' wall times added up).")
+    commits = {}
+    for p in data["points"]:
+        commits[p.get("commit", "")] = commits.get(p.get("commit", ""), 0) + 1
+    out.append("Points by the commit they were simulated at (recorded since session 34; a model change after a point's "
+               "run leaves it stale until rerun): " + "; ".join(
+                   f"{c or 'not recorded'}: {n}" for c, n in sorted(commits.items(), key=lambda kv: -kv[1])) + ".")
     for run in data.get("runs", []):
         out.append(f"Rerun {run['date']}: {run['nodes']} nodes, {run['algorithms']} ({run['points']} points), "
                    f"{run['wall_s']:.0f} s on {run['jobs']} processes (nice {run['nice']}), load average "

@@ -88,4 +88,12 @@ PREDICTIONS = [
         ("dgx-h100", 1024, 64 << 20, "358.1", "371.5"), ("dgx-h100", 1024, 256 << 20, "366.6", "377.2"),
         # (written 03:19 UTC, before dgx-a100's rerun: the shape's own runs there, 713.1 and 2829.3 us)
         ("dgx-a100", 1024, 64 << 20, "182.2", "188.2"), ("dgx-a100", 1024, 256 << 20, "185.8", "189.7")]),
+    # Session 34 (written 05:05 UTC 2026-12-01, before the rerun): 1024-node auto cells last simulated before
+    # session 33's huge shape (K 64 D 5n R 2 direct, E 2) made rail_window the pick at dgx-a100's 16 MiB. At
+    # 4 MiB and below rail_lanes stays (dgx-a100's 4 MiB did); at dgx-h100's 16 MiB the shape may win as on
+    # dgx-a100 (128 nodes: rail_window 290.3), bounded by session 29's rail_window estimate.
+    ("34", "1024-node auto cells run before session 33's huge shape, resimulated", [
+        ("dgx-h100", 1024, 16 << 20, "231.4", "231.4-270 (rail_window/direct if it wins)"),
+        ("dgx-h100", 1024, 4 << 20, "156.5", "156.5 (rail_lanes)"), ("dgx-h100", 1024, 1 << 20, "67.0", "67.0 (rail_lanes)"),
+        ("dgx-a100", 1024, 1 << 20, "58.8", "58.8 (rail_lanes)")]),
 ]

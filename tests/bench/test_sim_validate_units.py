@@ -111,3 +111,8 @@ def test_rails_section_writes_small_flat_ring_cells_lists_the_unrun_and_predicts
     assert "dgx-h100 rail_ring at 1 MiB, 4 MiB" in unrun and sr.UNRUN_WHY[1024] in unrun
     ring = next(line for line in text.splitlines() if line.startswith("Predicted") and "(ring, busbw" in line)
     assert "dgx-h100 1024 nodes 1 MiB: never simulated before, predicted 0.14-0.16, the table 0.16;" in ring
+    # each point's commit (session 34), counted; points from before it say so
+    pts[-1]["commit"] = "abcd1234"
+    text = "\n".join(sr.markdown({"points": pts, "jobs": 1, "wall_s": 1.0}))
+    assert f"simulated at (recorded since session 34; a model change after a point's run leaves it stale until " \
+           f"rerun): not recorded: {len(pts) - 1}; abcd1234: 1." in text
