@@ -29,6 +29,9 @@ DeviceCostParams grid_params(uint64_t ll_bytes, uint64_t block_bytes) {
   p.block_bytes = static_cast<double>(block_bytes);
   return p;
 }
+// The bindings' defaults are the model's (DeviceCostParams: the settings' defaults), written once.
+const uint64_t kDefaultLL = static_cast<uint64_t>(DeviceCostParams{}.one_block_bytes);
+const uint64_t kDefaultBlock = static_cast<uint64_t>(DeviceCostParams{}.block_bytes);
 
 }  // namespace
 
@@ -61,7 +64,7 @@ void bind_device_cost(py::module_& m) {
       },
       py::arg("collective"), py::arg("size"), py::arg("count"), py::arg("dtype") = DType::Float32,
       py::arg("route") = "mapped", py::arg("slots_bytes") = uint64_t{0}, py::arg("policy_algorithm") = "",
-      py::arg("ll_bytes") = uint64_t{8192}, py::arg("block_bytes") = uint64_t{262144},
+      py::arg("ll_bytes") = kDefaultLL, py::arg("block_bytes") = kDefaultBlock,
       "Device auto's candidates for a call of `count` elements on `size` ranks taking `route` (mapped, arena, "
       "slots; `slots_bytes`: the slots area, which a one-sided plan staged there must fit; `policy_algorithm`: "
       "the host policy's choice, a reduce_scatter's message-plan candidate; `ll_bytes`, `block_bytes`: the grid "
@@ -81,7 +84,7 @@ void bind_device_cost(py::module_& m) {
       },
       py::arg("collective"), py::arg("size"), py::arg("count"), py::arg("dtype") = DType::Float32,
       py::arg("route") = "mapped", py::arg("slots_bytes") = uint64_t{0}, py::arg("policy_algorithm") = "",
-      py::arg("ll_bytes") = uint64_t{8192}, py::arg("block_bytes") = uint64_t{262144},
+      py::arg("ll_bytes") = kDefaultLL, py::arg("block_bytes") = kDefaultBlock,
       "What device auto takes on the kernel path for this call and route where no kernel-path tuning row "
       "covers it (policy/device_auto.h rules 2 and 3): `direct` (all_reduce) or `policy_algorithm` "
       "(reduce_scatter) while each rank receives at most 256 KiB, else the cost model's fastest candidate "

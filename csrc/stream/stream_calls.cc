@@ -25,7 +25,7 @@ KernelAutoInputs StreamEngine::kernel_auto_inputs(DeviceRoute route) const {
                       kernel_ ? static_cast<uint64_t>(kernel_->staging_capacity()) : 0};
   if (kernel_) {  // the model costs the grids this path launches (before connect: the settings' defaults)
     in.cost.one_block_bytes = kernel_->ll_bytes();
-    in.cost.block_bytes = static_cast<double>(std::max<uint64_t>(kernel_->block_bytes(), 1));
+    in.cost.block_bytes = static_cast<double>(kernel_->block_bytes());  // (the setting is at least 1)
   }
   return in;
 }
