@@ -68,10 +68,10 @@ def add_arguments(p: argparse.ArgumentParser):
                         "every round beside commlib's algorithms, so a slow spell of the machine hits both "
                         "alike (same, default; commlib/bench/same_job.py), or a job of its own (separate)")
     p.add_argument("--single-copy-ab", action="store_true",
-                   help="time every commlib algorithm twice in the same rounds, through a sub-communicator with "
-                        "single-copy reads off (<algorithm>@cma0) and one with them on (@cma1): the runs "
-                        "`commlib tune` takes each collective's single-copy crossover from "
-                        "(commlib/bench/single_copy_ab.py)")
+                   help="time every commlib algorithm once per side in the same rounds, through a sub-communicator "
+                        "with single-copy reads off (<algorithm>@cma0) and one each with them on from 16, 32 and 64 KiB "
+                        "messages (@cma16K, @cma32K, @cma1): the runs `commlib tune` takes each collective's "
+                        "single-copy crossover and smallest message from (commlib/bench/single_copy_ab.py)")
     p.add_argument("--rounds", type=int, default=4,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
     p.add_argument("--close-rounds", type=int, default=8,

@@ -6,18 +6,22 @@ two jobs, one run with COMMLIB_CMA=0 and one with COMMLIB_CMA=1, minutes apart, 
 job's own history had placed (on huge pages or not, which a peer's read of them depends on): a
 slow spell of the machine during one job, or buffers placed differently, decided the crossover
 (bench/RESULTS_collectives.md session 24: why it never gave the 2 MiB all_to_all crossover that
-session 23 set by hand from CPU per call). Here each rank makes two sub-communicators of its own
-communicator, one set up with COMMLIB_CMA=0 and one with COMMLIB_CMA=1 (read once when a
-communicator is made), and the sweep times every algorithm through both, ``<algorithm>@cma0`` and
-``<algorithm>@cma1``, in the same rounds on the same buffers. The run's records then carry both
-sides; `commlib tune` reads them as two runs would be read (``split_records``).
+session 23 set by hand from CPU per call). Here each rank makes sub-communicators of its own
+communicator, one set up with COMMLIB_CMA=0 and one per side that is on (COMMLIB_CMA=16K, 32K and 1:
+the smallest message sent single-copy; read once when a communicator is made), and the sweep times
+every algorithm through each, ``<algorithm>@cma0``, ``<algorithm>@cma32K``, ..., in the same rounds on
+the same buffers. The run's records then carry every side; `commlib tune` reads them as that many
+runs would be read (``split_records``).
 """
 from __future__ import annotations
 
 from commlib import settings
 from commlib.bench.backends import CommlibBackend
 
-SIDES = ("0", "1")  # COMMLIB_CMA of each sub-communicator: channels only, single-copy from 64 KiB
+# COMMLIB_CMA of each sub-communicator: channels only, single-copy from 16, 32 and 64 KiB messages
+# (`commlib tune` picks the smallest message of each entry among them: 64 KiB lost a 32 KiB all_to_all
+# message's gain on the Intel Xeon VMs, session 35)
+SIDES = ("0", "16K", "32K", "1")
 
 
 def variant(algorithm: str, side: str) -> str:
@@ -33,7 +37,8 @@ def parse(name: str):
 
 
 class SingleCopyBackend(CommlibBackend):
-    """commlib's algorithms through two sub-communicators, single-copy reads off and on."""
+    """commlib's algorithms through a sub-communicator per side: single-copy reads off, and on from
+    each smallest message."""
 
     def __init__(self, comm):
         super().__init__(comm)
@@ -69,8 +74,8 @@ class SingleCopyBackend(CommlibBackend):
 
 
 def split_records(records):
-    """Records of such runs as `commlib tune` reads two runs: ``ring@cma1`` becomes ``ring`` with
-    ``single_copy`` "1" (and likewise "0"); other records are returned as they are."""
+    """Records of such runs as `commlib tune` reads separate runs: ``ring@cma1`` becomes ``ring`` with
+    ``single_copy`` "1" (and likewise every side); other records are returned as they are."""
     out = []
     for r in records:
         algo, side = parse(r.get("algorithm", ""))

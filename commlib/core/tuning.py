@@ -21,8 +21,9 @@ copy path above (no entry: the kernel path at every size; csrc/policy/device_pat
 A ``"single_copy"`` section (``{"all_to_all": {"4": {"min_bytes": 4194304}}}``) holds, per collective
 and world size, the call size (auto's bytes) from which single-copy reads of a peer's buffer
 (process_vm_readv) measured faster than the channels' two copies, -1 for never: with COMMLIB_CMA=auto
-(the default) such calls send their messages of 64 KiB or more single-copy; calls without an entry
-use the channels (csrc/policy/single_copy.h).
+(the default) such calls send their messages of the entry's ``"min_message"`` bytes or more
+single-copy (64 KiB when it names none); calls without an entry use the channels
+(csrc/policy/single_copy.h).
 
 A ``"machines"`` list holds tables measured on other machine classes: each element is
 ``{"machine": {"cpu": "<model name of /proc/cpuinfo>", "cores": N}, "collectives": {...},
@@ -184,8 +185,8 @@ class _Engine:
         _C.set_device_path_crossovers(kernel_max_bytes)
 
     @staticmethod
-    def set_single_copy_crossovers(collective: str, min_bytes) -> None:
-        _C.set_single_copy_crossovers(call_spec.collective(collective), min_bytes)
+    def set_single_copy_crossovers(collective: str, min_bytes, min_message=None) -> None:
+        _C.set_single_copy_crossovers(call_spec.collective(collective), min_bytes, min_message or {})
 
 
 def install(table: dict, core=None):
@@ -204,8 +205,9 @@ def install(table: dict, core=None):
     if hasattr(core, "set_device_path_crossovers"):  # the engine, or a recorder that wants them
         core.set_device_path_crossovers(crossovers(table))
     if hasattr(core, "set_single_copy_crossovers"):
+        messages = single_copy_min_messages(table)
         for coll, per in single_copy_crossovers(table).items():
-            core.set_single_copy_crossovers(coll, per)
+            core.set_single_copy_crossovers(coll, per, messages.get(coll, {}))
     return done
 
 
@@ -219,6 +221,21 @@ def single_copy_crossovers(table: dict) -> dict:
             if not isinstance(mb, int) or mb < -1:
                 raise ValueError(f"single_copy: {coll} world size {P}: min_bytes must be an integer >= -1, got {mb!r}")
             out.setdefault(coll, {})[int(P)] = mb
+    return out
+
+
+def single_copy_min_messages(table: dict) -> dict:
+    """{collective: {world size: smallest message sent single-copy}} of the ``"single_copy"`` entries
+    that name one (``"min_message"``, bytes >= 2); the others send from 64 KiB (COMMLIB_CMA=1's)."""
+    out = {}
+    for coll, per in (table.get("single_copy") or {}).items():
+        for P, entry in per.items():
+            if not isinstance(entry, dict) or "min_message" not in entry:
+                continue
+            mm = entry["min_message"]
+            if not isinstance(mm, int) or isinstance(mm, bool) or mm < 2:
+                raise ValueError(f"single_copy: {coll} world size {P}: min_message must be an integer >= 2, got {mm!r}")
+            out.setdefault(coll, {})[int(P)] = mm
     return out
 
 

@@ -279,9 +279,20 @@ void bind_schedule(py::module_& m) {
       "Drop every tuning row, the device_path and the single_copy crossovers (auto's built-in rules again).");
   m.def(
       "set_single_copy_crossovers",
-      [](Collective c, const std::map<int, int64_t>& min_bytes) { set_single_copy_crossovers(c, min_bytes); },
-      py::arg("collective"), py::arg("min_bytes"),
-      "Install one collective's \"single_copy\" crossovers {world size: call bytes, -1 never} (COMMLIB_CMA=auto).");
+      [](Collective c, const std::map<int, int64_t>& min_bytes, const std::map<int, int64_t>& min_message) {
+        std::map<int, SingleCopyCrossover> entries;
+        for (const auto& [size, bytes] : min_bytes) entries[size].min_call_bytes = bytes;
+        for (const auto& [size, bytes] : min_message) {
+          if (!min_bytes.count(size))
+            throw std::invalid_argument("single_copy: min_message for world size " + std::to_string(size) +
+                                        " without a min_bytes");
+          entries[size].min_message = bytes;
+        }
+        set_single_copy_crossovers(c, std::move(entries));
+      },
+      py::arg("collective"), py::arg("min_bytes"), py::arg("min_message") = std::map<int, int64_t>{},
+      "Install one collective's \"single_copy\" crossovers (COMMLIB_CMA=auto): {world size: call bytes, -1 never} "
+      "and, where an entry names one, {world size: smallest message sent single-copy} (default 64 KiB).");
   m.def(
       "single_copy_min_message",
       [](Collective c, int64_t call_bytes, int size) {

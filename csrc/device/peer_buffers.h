@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <unordered_map>
@@ -44,6 +45,13 @@
 #include "device/device.h"
 
 namespace commlib {
+
+// What agree and agree_arena throw when the peer whose entry they wait for is closing (its table
+// marked by mark_closing): that entry never comes. `peer`: the rank.
+struct PeerClosing : std::runtime_error {
+  PeerClosing(int peer, const std::string& what) : std::runtime_error(what), peer(peer) {}
+  int peer;
+};
 
 // A buffer of a call as one rank registered it: id 0 = not registered (that rank's buffer is
 // staged, and nobody maps it).
@@ -88,6 +96,8 @@ class PeerBuffers {
   // output (buffers 0 and 1; a null `in`: none, so every rank stages) go into its ring as lookup's
   // does, both before it reads any peer's, then it waits for every peer's two entries of the call
   // (no prediction; bounded by the timeout, `stop` polled): one wait for the slowest peer per call.
+  // A peer whose entry is missing while its table says it is closing (mark_closing: it makes no
+  // call any more) never writes it: PeerClosing naming it, at once, not the timeout.
   // True when every rank registered both buffers: every rank then reads the same ring entries and
   // answers true, and in_view/out_view->peer hold every peer's buffers mapped here (a peer's
   // segment that cannot be mapped although registered throws std::runtime_error naming the rank:
@@ -99,6 +109,10 @@ class PeerBuffers {
   // own: lookup's numbers (its caller's) never meet them, so both may be used on one registry.
   bool agree(uint64_t call, const void* in, size_t in_bytes, const void* out, size_t out_bytes,
              const std::function<bool()>& stop, PeerBufferView* in_view, PeerBufferView* out_view);
+
+  // Marks this rank's table closing: it makes no one-sided call any more (StreamEngine::close, first
+  // thing), so peers waiting in agree or agree_arena for its entry of a later call stop at once.
+  void mark_closing();
 
   // The kernel path's staging arena (stream/kernel_path_arena.cc): `base` (the start of an
   // allocation, `bytes` long; null: this rank has none) registered as share_arena does, its share

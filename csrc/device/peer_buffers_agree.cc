@@ -29,6 +29,14 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const 
       int got;
       for (unsigned spin = 0; (got = read_ring(p, call, first + w, &tags[w][p], Ring::Agreed)) == 0; ++spin) {
         if (stop && stop()) throw std::runtime_error("peer buffers: stopped while waiting for rank " + std::to_string(p));
+        // A closing peer makes no call any more: its entry never comes. (Read once more: it wrote
+        // its entries before it marked its table, so an entry of a call it made is seen now.)
+        if (peers_[p]->closing.load(std::memory_order_acquire)) {
+          if ((got = read_ring(p, call, first + w, &tags[w][p], Ring::Agreed)) != 0) break;
+          throw PeerClosing(p, "rank " + std::to_string(p) + " is closing its communicator: it never reaches call " +
+                                   std::to_string(call) + " of the one-sided calls rank " + std::to_string(rank_) +
+                                   " waits in");
+        }
         if (std::chrono::steady_clock::now() > deadline)
           throw std::runtime_error("rank " + std::to_string(p) + " did not reach call " + std::to_string(call) +
                                    " of the one-sided calls within the timeout (" + std::to_string(timeout_s_) +
@@ -45,6 +53,11 @@ void PeerBuffers::wait_entries(uint64_t call, unsigned first, unsigned n, const 
     }
   }
   ++stats_.waits;
+}
+
+void PeerBuffers::mark_closing() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (mine_) mine_->closing.store(1, std::memory_order_release);  // after every entry this rank wrote
 }
 
 void PeerBuffers::back_off(unsigned spin) {

@@ -20,7 +20,10 @@ struct PeerBuffers::Shared {
   // Bit g: this rank reads no rank's kernel-path staging arena of generation g any more and closed
   // its imports of them (publish_arenas_done): its owner may free its own once every rank set it.
   std::atomic<uint64_t> arenas_done;
-  char pad[48];
+  // Nonzero once this rank's engine is closing (mark_closing): it makes no call any more, so a peer
+  // waiting for its entry of a call stops (wait_entries) instead of waiting out the timeout.
+  std::atomic<uint64_t> closing;
+  char pad[40];
   struct Segment {  // 192 bytes
     std::atomic<uint64_t> seq;  // odd while written
     uint64_t id;                // buffer id; 0: free slot

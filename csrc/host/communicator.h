@@ -219,7 +219,7 @@ class Communicator {
   size_t input_copy_bytes_ = 0;
   // run_p2p's copy of the sends' single-copy crossover, and the tuning generation it was read at.
   int64_t p2p_single_copy_min(int64_t largest);
-  int64_t p2p_crossover_ = -1;
+  SingleCopyCrossover p2p_crossover_;
   uint64_t p2p_crossover_generation_ = UINT64_MAX;
   std::vector<std::vector<uint8_t>> codec_msgs_;  // compress=: a step's encoded messages
   std::vector<uint8_t> codec_decoded_;            // compress=: a piece's encoding while it is projected

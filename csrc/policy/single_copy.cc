@@ -13,7 +13,7 @@ namespace commlib {
 
 namespace {
 std::mutex g_mu;
-std::unordered_map<int, std::map<int, int64_t>> g_crossovers;  // by Collective
+std::unordered_map<int, std::map<int, SingleCopyCrossover>> g_crossovers;  // by Collective
 }  // namespace
 
 SingleCopySetting parse_single_copy(const std::string& value) {
@@ -42,15 +42,19 @@ SingleCopySetting parse_single_copy(const std::string& value) {
 
 SingleCopySetting single_copy_setting() { return parse_single_copy(param_string("COMMLIB_CMA")); }
 
-void set_single_copy_crossovers(Collective c, std::map<int, int64_t> min_call_bytes) {
-  for (const auto& [size, bytes] : min_call_bytes) {
+void set_single_copy_crossovers(Collective c, std::map<int, SingleCopyCrossover> entries) {
+  for (const auto& [size, x] : entries) {
     if (size < 1) throw std::invalid_argument("single_copy: world size must be >= 1, got " + std::to_string(size));
-    if (bytes < -1)
-      throw std::invalid_argument("single_copy: min_bytes must be -1 (never) or >= 0, got " + std::to_string(bytes));
+    if (x.min_call_bytes < -1)
+      throw std::invalid_argument("single_copy: min_bytes must be -1 (never) or >= 0, got " +
+                                  std::to_string(x.min_call_bytes));
+    // 2, as COMMLIB_CMA's: a 1-byte message would need a rendezvous per element of a byte type
+    if (x.min_message < 2)
+      throw std::invalid_argument("single_copy: min_message must be >= 2 bytes, got " + std::to_string(x.min_message));
   }
   {
     std::lock_guard<std::mutex> lk(g_mu);
-    g_crossovers[static_cast<int>(c)] = std::move(min_call_bytes);
+    g_crossovers[static_cast<int>(c)] = std::move(entries);
   }
   // After the table changed: a plan built from the old one is dropped at its next call.
   bump_tuning_generation();
@@ -64,12 +68,12 @@ void clear_single_copy_crossovers() {
   bump_tuning_generation();
 }
 
-int64_t single_copy_crossover(Collective c, int size) {
+SingleCopyCrossover single_copy_crossover(Collective c, int size) {
   std::lock_guard<std::mutex> lk(g_mu);
   const auto per = g_crossovers.find(static_cast<int>(c));
-  if (per == g_crossovers.end()) return kSingleCopyNever;
+  if (per == g_crossovers.end()) return {};
   const auto it = per->second.find(size);
-  return it == per->second.end() ? kSingleCopyNever : it->second;
+  return it == per->second.end() ? SingleCopyCrossover{} : it->second;
 }
 
 int64_t single_copy_auto_min(Collective c, int64_t call_bytes, int size) {

@@ -139,6 +139,10 @@ void StreamEngine::close() {
       fail_device(std::string("close (") + what + ")", e);
     }
   };
+  // Before anything waits: peers waiting in a one-sided agreement for a call this rank never makes
+  // stop now (PeerClosing), instead of waiting out the timeout while this rank's close waits for
+  // them in the closing barrier (commlib/core/device_close.py).
+  if (kernel_) attempt("closing mark", [&] { kernel_->peer_buffers().mark_closing(); });
   std::unique_ptr<DeviceGuard> guard;
   attempt("current device", [&] { guard = std::make_unique<DeviceGuard>(*device_); });
   // The last call's completion (its done word or event): the watchdog releases a stuck stream.

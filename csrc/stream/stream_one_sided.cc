@@ -46,9 +46,12 @@ bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what, 
   // A peer that failed (its failure on the control plane) never reaches the call: stop waiting,
   // and fail the call as any call after a peer's failure (PeerError naming it), not by the timeout.
   // A peer that died (SIGKILL) never reaches it either, and publishes nothing: its process is asked
-  // every kLivenessEvery, as the watchdog does (a system call, not one per spin). (A closed peer is
-  // left to the timeout, as before: one that made this call may close once it drained.) (`stop`
-  // captures `this` alone: a std::function holds it in place, no allocation.)
+  // every kLivenessEvery, as the watchdog does (a system call, not one per spin). A peer that is
+  // closing marks its table first (StreamEngine::close), which the wait reads while that peer's
+  // entry is missing (PeerBuffers::wait_entries: PeerClosing), so its close's barrier and this
+  // wait no longer wait each other out (session 35). One that made this call before it closed
+  // wrote its entry: its close stops nothing. (`stop` captures `this` alone: a std::function
+  // holds it in place, no allocation.)
   one_sided_.liveness_at = std::chrono::steady_clock::now();
   const auto stop = [this] {
     if (failed()) return true;
@@ -64,6 +67,12 @@ bool StreamEngine::wait_for_peers(const CollectiveCall& call, const char* what, 
   };
   try {
     return wait(stop);
+  } catch (const PeerClosing& e) {
+    const CallDesc desc = describe(call, call.algo, control_->peek_call_seq());
+    const std::string msg = gone_peer(e.peer, PeerState::Closed, describe_call(desc)) + "; rank " +
+                            std::to_string(rank_) + " was " + what;
+    fail(ErrorKind::Peer, msg);
+    raise_to_caller(ErrorKind::Peer, msg);
   } catch (const std::runtime_error& e) {
     const auto status = [this](int p) { return control_->peer_status(p, false); };
     ErrorKind kind;

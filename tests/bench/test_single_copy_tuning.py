@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import synth  # noqa: E402
@@ -169,3 +171,72 @@ def test_a_run_under_the_crossover_in_force_is_neither_side(tmp_path):
         records += [dict(r, single_copy=d["config"]["single_copy"]) for r in d["results"]]
     one_mib = C.core_bytes("all_to_all", C.geometry("all_to_all", 1 << 20, "float32", 4)[2], "float32", 4)
     assert single_copy_tuning.crossovers(records) == {("all_to_all", 4): one_mib}
+
+
+def _three_sides(gain_32k: float):
+    """_runs()'s off and on (COMMLIB_CMA=1) runs and a third, COMMLIB_CMA=32K: single-copy from 32 KiB
+    messages, its times the on run's but for the 4 KiB size, where it beats the channels' best by
+    ``gain_32k`` (below 1: it loses there), and 16 MiB, 2.5x the on run's (still beating the channels:
+    the noise between two sides that both read every message single-copy there)."""
+    off, on = _runs()
+    k32 = copy.deepcopy(on)
+    k32["config"]["single_copy"] = "32K"
+    best_off = min(r["time_us"]["median"] for r in off["results"]
+                   if r["backend"] == "commlib" and r["algorithm"] != "auto" and r["bytes"] == 4096)
+    for r in k32["results"]:
+        if r["backend"] == "commlib" and r["bytes"] == 4096:
+            r["time_us"]["median"] = best_off / gain_32k if r["algorithm"] == "pairwise" else 10 * best_off
+        elif r["backend"] == "commlib" and r["bytes"] == 16 << 20:
+            r["time_us"]["median"] *= 2.5  # still faster than the channels: noise between two on sides
+    return [dict(r, single_copy=d["config"]["single_copy"]) for d in (off, on, k32) for r in d["results"]]
+
+
+def test_the_side_with_a_smaller_message_wins_where_it_is_faster():
+    # a 32K side that wins from 4 KiB calls (the 64 KiB side from 1 MiB) gives the entry its crossover
+    # and its smallest message, however the sides' rows above both crossovers compare,
+    # and the rows from 4 KiB come from its records (pairwise, its fastest there; bruck off the 32K side)
+    records = _three_sides(gain_32k=2.0)
+    table = tuning.from_results(records)
+    four_k = C.core_bytes("all_to_all", 4096, "float32", 4)
+    assert table["single_copy"] == {"all_to_all": {"4": {"min_bytes": four_k, "min_message": 32 << 10}}}
+    assert tuning.choose(table, "all_to_all", four_k, 4) == "pairwise"
+    # losing at 4 KiB, the 32K side's crossover is the 1 MiB of COMMLIB_CMA=1's: equal crossovers go
+    # to the lower time over the sizes, the 64 KiB side's (the entry names no smallest message)
+    tied = tuning.from_results(_three_sides(gain_32k=0.9))
+    one_mib = C.core_bytes("all_to_all", C.geometry("all_to_all", 1 << 20, "float32", 4)[2], "float32", 4)
+    assert tied["single_copy"] == {"all_to_all": {"4": {"min_bytes": one_mib}}}
+
+
+def test_an_entrys_smallest_message_installs_into_the_core(monkeypatch):
+    monkeypatch.setenv("COMMLIB_CMA", "auto")
+    coll = COLLECTIVE["all_to_all"]
+    try:
+        tuning.install({"single_copy": {"all_to_all": {"4": {"min_bytes": 1 << 15, "min_message": 1 << 15},
+                                                       "8": {"min_bytes": 1 << 20}}}})
+        assert _C.single_copy_min_message(coll, 1 << 15, 4) == 1 << 15
+        assert _C.single_copy_min_message(coll, (1 << 15) - 1, 4) == -1
+        assert _C.single_copy_min_message(coll, 1 << 20, 8) == 64 << 10  # an entry naming none
+    finally:
+        _C.clear_tuning()
+        tuning.load_default()
+    for bad in (1, 0, "32K", True):
+        with pytest.raises(ValueError, match="all_to_all world size 4: min_message"):
+            tuning.install({"single_copy": {"all_to_all": {"4": {"min_bytes": 0, "min_message": bad}}}},
+                           core=_Recorder())
+    with pytest.raises(ValueError, match="min_message for world size 8 without a min_bytes"):
+        _C.set_single_copy_crossovers(coll, {4: 0}, {8: 1 << 15})
+    with pytest.raises(ValueError, match="min_message must be >= 2"):
+        _C.set_single_copy_crossovers(coll, {4: 0}, {4: 1})
+
+
+class _Recorder:
+    """A core that records what install gives it (nothing reaches the engine)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def set_tuning(self, collective, rows):
+        self.calls.append(("rows", collective, rows))
+
+    def set_single_copy_crossovers(self, collective, min_bytes, min_message=None):
+        self.calls.append(("single_copy", collective, min_bytes, min_message))

@@ -17,21 +17,50 @@ BLOCK = 70_001
 A2A = _C.Collective.all_to_all
 
 
-def _inputs(comm, i):
+def _inputs(comm, i, block=BLOCK):
     P, r = comm.size, comm.rank
-    ramp = np.arange(BLOCK, dtype=np.float32)
+    ramp = np.arange(block, dtype=np.float32)
     x = np.concatenate([ramp + (1000 * (i % 97) + 10 * r + q) for q in range(P)])
     want = np.concatenate([ramp + (1000 * (i % 97) + 10 * q + r) for q in range(P)])
     return x, want
 
 
-def _crossover(comm, min_bytes):
-    """All-to-all's crossover at this world size: min_bytes (0: every call single-copy, -1 never);
+def _count_one_call(comm, out, x, want, label, sent, wrong):
+    """One all_to_all of x into out: appends the single-copy messages it sent to `sent`, and to
+    `wrong` a line under `label` when out is not `want`."""
+    before = comm._core.single_copy_sends()
+    comm.all_to_all(out, x)
+    sent.append(comm._core.single_copy_sends() - before)
+    if not np.array_equal(out, want):
+        wrong.append(f"{label}: wrong result")
+
+
+def _crossover(comm, min_bytes, min_message=None):
+    """All-to-all's crossover at this world size: min_bytes (0: every call single-copy, -1 never),
+    sending messages of min_message bytes or more single-copy (None: the entry names none, 64 KiB);
     None: no single_copy entries at all."""
     if min_bytes is None:
         _C.set_single_copy_crossovers(A2A, {})
     else:
-        _C.set_single_copy_crossovers(A2A, {comm.size: min_bytes})
+        _C.set_single_copy_crossovers(A2A, {comm.size: min_bytes},
+                                      {} if min_message is None else {comm.size: min_message})
+
+
+def an_entrys_smallest_message_is_followed(comm):
+    """[single-copy messages this rank sent in one all_to_all of 36 KiB blocks (9,001 float32: under
+    the 64 KiB default, not a multiple of a chunk) under each entry], wrong results. The entries:
+    every call single-copy naming no smallest message (64 KiB: none goes), naming 32 KiB (each block
+    goes), naming 40 KiB (none), naming 32 KiB for a call size just above this one (none)."""
+    block = 9_001
+    out = np.empty(comm.size * block, np.float32)
+    sent, wrong = [], []
+    call_bytes = block * 4
+    entries = [(0, None), (0, 32 << 10), (0, 40 << 10), (call_bytes + 4, 32 << 10), (call_bytes, 32 << 10)]
+    for i, (min_bytes, min_message) in enumerate(entries):
+        _crossover(comm, min_bytes, min_message)
+        _count_one_call(comm, out, *_inputs(comm, i, block), f"under {(min_bytes, min_message)}", sent, wrong)
+    _crossover(comm, None)
+    return sent, wrong
 
 
 def next_call_follows_each_change(comm):
@@ -42,12 +71,7 @@ def next_call_follows_each_change(comm):
     sent, wrong = [], []
     for i, setting in enumerate([None, 0, -1, 0, None, 0]):
         _crossover(comm, setting)
-        x, want = _inputs(comm, i)
-        before = comm._core.single_copy_sends()
-        comm.all_to_all(out, x)
-        sent.append(comm._core.single_copy_sends() - before)
-        if not np.array_equal(out, want):
-            wrong.append(f"after {setting}: wrong result")
+        _count_one_call(comm, out, *_inputs(comm, i), f"after {setting}", sent, wrong)
     _crossover(comm, None)
     return comm._core.direct_reads_reason() == "", sent, wrong
 

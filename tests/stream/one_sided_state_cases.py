@@ -194,6 +194,16 @@ def forged_entry(comm, victim, field, value):
         return run(sub)
 
 
+def _mapped_call_raising(sub):
+    """One mapped all_reduce on `sub`, waited for, raising the engine's error if it failed."""
+    y = _arr(np.full(4096, sub.rank + 1))
+    sub.all_reduce(y, algorithm=ALGO)
+    y.numpy()
+    err = sub.async_error()
+    if err is not None:
+        raise err
+
+
 def killed_in_agreement(comm, victim):
     """`victim` never makes a mapped call its peers make (it is SIGKILLed meanwhile): the survivors
     wait in the route's agreement (PeerBuffers::agree) and must raise a PeerError naming it and the
@@ -210,12 +220,28 @@ def killed_in_agreement(comm, victim):
         if arm_death(sub, victim, kill_in_s=0.5, late_s=0.0):
             time.sleep(20)
             return None
+        return survivor_outcome(lambda: _mapped_call_raising(sub))
 
-        def call():
-            y = _arr(np.full(4096, sub.rank + 1))
-            sub.all_reduce(y, algorithm=ALGO)
-            y.numpy()
-            err = sub.async_error()
-            if err is not None:
-                raise err
-        return survivor_outcome(call)
+
+def closed_in_agreement(comm, leaver):
+    """`leaver` closes its communicator instead of making a mapped call its peers make: the others
+    wait in the route's agreement for an entry a closing rank will never write, and must raise a
+    PeerError naming it and the collective well within the timeout (session 35: they waited it
+    out, the leaver's close waiting out the same timeout in its closing barrier for them).
+    (message, seconds) per survivor, the leaver's close's seconds on the leaver."""
+    from commlib.settings import overridden
+    from commlib.testing.faults import survivor_outcome
+
+    with overridden(dict(KERNEL_SETTINGS, COMMLIB_DEVICE_SLOT_BYTES="65536")):
+        sub = comm.split(0, timeout=30)
+        x = _arr(np.full(4096, sub.rank + 1))
+        sub.all_reduce(x, algorithm=ALGO)  # every rank's entry of a first agreed call: the rings work
+        x.numpy()
+        sub.barrier()
+        if sub.rank == leaver:
+            t = time.monotonic()
+            sub.close()
+            return time.monotonic() - t
+        out = survivor_outcome(lambda: _mapped_call_raising(sub))
+        sub.close()
+        return out

@@ -8,8 +8,9 @@ session 31's changes: docs/gpu.md "The one-sided calls' steady state"), on the e
 - a peer's ring entry is checked before it is used: an offset or slot that cannot lie in the
   peer's registered allocation is refused with an error naming the peer, never mapped (a launch
   through it would read and write outside the peer's buffer);
-- a peer SIGKILLed while the others wait in the agreement: every survivor raises a PeerError
-  naming it and the collective, well within the timeout.
+- a peer SIGKILLed while the others wait in the agreement, or one that closed its communicator
+  instead of making the call: every survivor raises a PeerError naming it and the collective, well
+  within the timeout.
 
 Rank side in one_sided_state_cases.py."""
 import os
@@ -62,3 +63,17 @@ def test_a_peer_killed_during_the_agreement_is_named_by_every_survivor():
     results = run_killing_one_rank(3, 2, cases.killed_in_agreement, env=dict(DELAY_ENV, COMMLIB_TIMEOUT="60"),
                                    timeout=80)
     assert_survivors_named_the_dead_rank(results, 2, call="all_reduce #", within_s=30)
+
+
+@pytest.mark.timeout(90)
+def test_a_peer_that_closed_instead_of_calling_is_named_by_every_survivor():
+    # COMMLIB_TIMEOUT 60 and the split's 30 s against 10 s: a wait for either timeout fails it
+    p = RankPool(3, timeout=80, env=dict(DELAY_ENV, COMMLIB_TIMEOUT="60"))
+    try:
+        results = p.run(cases.closed_in_agreement, 1, timeout=75)
+    finally:
+        p.kill()
+    closing = results[1]
+    results[1] = None
+    assert_survivors_named_the_dead_rank(results, 1, call="all_reduce #", within_s=10)
+    assert closing < 10, f"the leaver's close took {closing:.1f} s"
