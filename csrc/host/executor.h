@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "common/listener_list.h"
@@ -191,7 +192,8 @@ class Executor {
   // One more of a wait counter (only the executor's thread writes them: no locked add).
   static void bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   bool progress(std::vector<ExecOp>& ops, DType dtype, RedOp op, const CallDesc& call, size_t* pending);
-  struct LanedRun;  // run_lanes' state (executor_lanes.cc)
+  struct LanedVectors;  // run_lanes' tables, kept across calls (executor_lanes.cc)
+  struct LanedRun;      // run_lanes' state (executor_lanes.cc)
   bool progress_lanes(LanedRun& run, DType dtype, RedOp op, const CallDesc& call);
   void take_laned_chunk(LanedRun& run, int peer, const ChunkHeader* h, const char* payload, DType dtype, RedOp op,
                         const CallDesc& call);
@@ -250,6 +252,7 @@ class Executor {
   std::vector<uint64_t> rendezvous_sent_;  // per peer
   std::vector<int> last_send_, last_recv_;   // per peer: run_step's scratch for ExecOp::after (all -1 between steps)
   std::vector<char> bounce_;               // cache-sized staging for reductions of direct reads
+  std::shared_ptr<LanedVectors> laned_kept_;  // run_lanes' tables between laned calls (made at the first)
   ListenerList<P2PProbe> probes_;
   uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)
   std::vector<uint64_t> flag_writes_;     // per root: its flag broadcasts so far (its next slot: this mod slots)

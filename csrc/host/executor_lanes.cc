@@ -5,13 +5,14 @@
 // each message's two ends in one lane), so a send waits only for the pair's previous send of its
 // lane, and each peer's channel, first in, first out across lanes, is taken apart here: the chunk at
 // its head goes to its lane's next receive from that peer, straight into the destination when that
-// receive's step runs, else parked in a buffer of its own until the step starts. A peer's channel is
-// drained while a running receive from it is short of bytes, so no lane's early message blocks
-// another's (and that is all liveness needs: docs/DESIGN.md "Laned calls", "No deadlock").
+// receive's step runs, else parked aside (one buffer for the call's receives, kept across calls)
+// until the step starts. A peer's channel is drained while a running receive from it is short of
+// bytes, so no lane's early message blocks another's (and that is all liveness needs: docs/DESIGN.md "Laned calls", "No deadlock").
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "host/executor.h"
 #include "host/lane_hold.h"
@@ -31,19 +32,16 @@ enum : uint8_t { kWaiting = 0, kRunning = 1, kFinished = 2 };
 
 }  // namespace
 
-struct Executor::LanedRun {
-  LanedRun(std::vector<ExecOp>& o, const LanedSteps& s) : ops(o), steps(s), W(s.lanes) {}
-
-  std::vector<ExecOp>& ops;
-  const LanedSteps& steps;
-  const int W;
+// run_lanes' per-call tables, kept by the executor across calls (Executor::laned_kept_): a call
+// swaps them in, refills them in place and swaps them back, so a steady laned call allocates
+// nothing (session 35: ~35 allocations a call, and one buffer per message that came early).
+struct Executor::LanedVectors {
   std::vector<uint8_t> state;             // per step: kWaiting, kRunning, kFinished
   std::vector<int> lane_prev, lane_next;  // per step: its lane's previous and next step (-1 none)
   std::vector<int> wake;                  // per step: the step its intra window holds for it (-1 none)
   // Per step: one the intra window counts (a gated step, or the gate of one: the window's steps
   // inside the host, as far as it bounds them), and how many such steps run now.
   std::vector<uint8_t> windowed;
-  int windowed_running = 0;
   std::vector<int> step_of;               // per op
   std::vector<size_t> left;               // per running step: its messages not finished
   std::vector<uint8_t> running;           // per op: its step runs (on_idle's mask)
@@ -59,9 +57,24 @@ struct Executor::LanedRun {
   std::vector<int> from;         // the peers this rank receives from
   std::vector<size_t> arrived;   // per op: bytes taken off the channel
   std::vector<uint8_t> complete;                 // per op: all of it taken (a zero-byte message: its header)
-  std::vector<std::unique_ptr<char[]>> parked;   // per op: what came before its step ran
+  // What came before its receive's step ran: receive i's bytes at parked_at[i] of one buffer with
+  // room for every receive of the call, kept across calls (reallocated only for a call receiving
+  // more than any before; its pages are touched only where something parked).
+  std::unique_ptr<char[]> parked;
+  size_t parked_capacity = 0;
+  std::vector<size_t> parked_at;
   std::vector<int> lanes_from;   // per peer: lanes with receives from it not all taken off its channel
   std::vector<int> posted;       // per peer: the receive posted to its link (-1 none; post_laned_receive)
+  std::vector<int> last_lane, last_send;  // set-up scratch: per lane its last step, per (peer, lane) its last send
+};
+
+struct Executor::LanedRun : Executor::LanedVectors {
+  LanedRun(std::vector<ExecOp>& o, const LanedSteps& s) : ops(o), steps(s), W(s.lanes) {}
+
+  std::vector<ExecOp>& ops;
+  const LanedSteps& steps;
+  const int W;
+  int windowed_running = 0;
   size_t finished = 0, first_unfinished = 0;
   // progress_lanes takes every chunk waiting in a channel this call still expects (parking what
   // runs later), not only those a running receive may be behind: the test seam park_eagerly only.
@@ -114,8 +127,7 @@ void Executor::start_laned_step(LanedRun& run, int s, DType dtype, RedOp op) {
     if (is_recv(o.kind)) {
       if (!run.complete[i]) ++run.waiting[o.peer];
       if (run.arrived[i]) {  // what came early lands now
-        deliver_bytes(o, 0, run.parked[i].get(), run.arrived[i], dtype, op);
-        run.parked[i].reset();
+        deliver_bytes(o, 0, run.parked.get() + run.parked_at[i], run.arrived[i], dtype, op);
         o.done = run.arrived[i];
       }
       o.finished = run.complete[i];
@@ -202,14 +214,14 @@ void Executor::take_laned_chunk(LanedRun& run, int p, const ChunkHeader* h, cons
       deliver_bytes(o, got, payload, expect, dtype, op);
     o.done += expect;
   } else if (expect) {
-    if (!run.parked[i]) run.parked[i].reset(new char[o.bytes]);
+    char* const parked = run.parked.get() + run.parked_at[i];
     // A single-copy message is read now, so this rank acknowledges the pair's messages in the
     // order they came, which the sender's count of acknowledgements relies on.
     if (rendezvous) {
-      receive_rendezvous(o, payload, dtype, op, call, run.parked[i].get());
+      receive_rendezvous(o, payload, dtype, op, call, parked);
       parked_reads_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      std::memcpy(run.parked[i].get() + got, payload, expect);
+      std::memcpy(parked + got, payload, expect);
     }
     parked_bytes_.fetch_add(expect, std::memory_order_relaxed);
   }
@@ -291,10 +303,31 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   const int n = static_cast<int>(steps.lane.size());
   const int P = t_.size(), W = steps.lanes;
   LanedRun run(ops, steps);
+  if (!laned_kept_) laned_kept_ = std::make_shared<LanedVectors>();
+  // The kept tables in (and back out at the end, whatever happens): refilled below in place.
+  std::swap(static_cast<LanedVectors&>(run), *laned_kept_);
+  struct GiveBack {
+    LanedRun& run;
+    LanedVectors& kept;
+    ~GiveBack() { std::swap(static_cast<LanedVectors&>(run), kept); }
+  } give_back{run, *laned_kept_};
+  run.active.clear();
+  run.done.clear();
+  run.ready.clear();
+  run.from.clear();
+  // Their bounds, so that how far they fill (which the peers' timing decides) never grows them in a
+  // steady call: every step runs and finishes once, and readies at most three more (finish_laned_step)
+  // besides its own first entry.
+  run.active.reserve(n);
+  run.done.reserve(n);
+  run.ready.reserve(4 * static_cast<size_t>(n));
+  run.from.reserve(P);
   run.state.assign(n, kWaiting);
   run.lane_prev.assign(n, -1);
   run.lane_next.assign(n, -1);
   run.left.assign(n, 0);
+  run.wake.clear();
+  run.windowed.clear();
   if (!steps.gate.empty()) {  // (each gate holds one step: the intra window slides over its steps)
     if (steps.gate.size() != static_cast<size_t>(n)) throw std::logic_error("run_lanes: an intra-window gate per step expected");
     run.wake.assign(n, -1);
@@ -302,9 +335,9 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
     for (int s = 0; s < n; ++s)
       if (steps.gate[s] >= 0) run.wake[steps.gate[s]] = s, run.windowed[s] = run.windowed[steps.gate[s]] = 1;
   }
-  std::vector<int> last(W, -1);
+  run.last_lane.assign(W, -1);
   for (int s = 0; s < n; ++s) {
-    int& prev = last[steps.lane[s]];
+    int& prev = run.last_lane[steps.lane[s]];
     run.lane_prev[s] = prev;
     if (prev >= 0) run.lane_next[prev] = s;
     prev = s;
@@ -313,14 +346,26 @@ void Executor::run_lanes(std::vector<ExecOp>& ops, const LanedSteps& steps, DTyp
   run.running.assign(ops.size(), 0);
   run.arrived.assign(ops.size(), 0);
   run.complete.assign(ops.size(), 0);
-  run.parked.resize(ops.size());
+  run.parked_at.assign(ops.size(), 0);
+  size_t parked_need = 0;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (is_recv(ops[i].kind)) {
+      run.parked_at[i] = parked_need;
+      parked_need += ops[i].bytes;
+    }
+  if (parked_need > run.parked_capacity) {  // (uninitialised: only what parks is written, then read)
+    run.parked.reset(new char[parked_need]);
+    run.parked_capacity = parked_need;
+  }
   run.recvs.resize(static_cast<size_t>(P) * W);
+  for (std::vector<int>& r : run.recvs) r.clear();
   run.next_recv.assign(static_cast<size_t>(P) * W, 0);
   run.expected.assign(P, 0);
   run.waiting.assign(P, 0);
   run.lanes_from.assign(P, 0);
   run.posted.assign(P, -1);
-  std::vector<int> last_send(static_cast<size_t>(P) * W, -1);
+  run.last_send.assign(static_cast<size_t>(P) * W, -1);
+  std::vector<int>& last_send = run.last_send;
   for (int s = 0; s < n; ++s)
     for (size_t i = steps.begin[s]; i < steps.begin[s + 1]; ++i) {
       ExecOp& o = ops[i];

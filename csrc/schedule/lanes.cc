@@ -30,18 +30,28 @@ void intra_window_gates(const Schedule& s, int rank, const std::vector<int>& hos
   const int E = s.intra_window;
   if (E <= 0) return;
   auto host = [&](int r) { return host_of.empty() ? 0 : host_of[static_cast<size_t>(r)]; };
-  gate.assign(s.steps.size(), -1);
-  std::vector<int> inside;  // the steps inside the host so far, in list order
-  for (size_t i = 0; i < s.steps.size(); ++i) {
-    bool any = false, all = true;
+  // A step inside the host: it has messages, every one to a peer on this rank's host.
+  auto inside = [&](size_t i) {
+    bool any = false;
     for (const Op& o : s.steps[i].ops)
       if (is_message(o.kind)) {
+        if (host(o.peer) != host(rank)) return false;
         any = true;
-        all = all && host(o.peer) == host(rank);
       }
-    if (!any || !all) continue;
-    if (inside.size() >= static_cast<size_t>(E)) gate[i] = inside[inside.size() - E];
-    inside.push_back(static_cast<int>(i));
+    return any;
+  };
+  // The k-th step inside waits for the (k - E)-th: a second index `back` walks the same steps E
+  // behind, so nothing but `gate` (whose capacity the caller keeps across calls) is allocated: the
+  // host executor builds the gates at every laned call (host/lowering.cc).
+  gate.assign(s.steps.size(), -1);
+  size_t back = 0;
+  int seen = 0;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    if (!inside(i)) continue;
+    if (seen++ >= E) {
+      while (!inside(back)) ++back;
+      gate[i] = static_cast<int>(back++);
+    }
   }
 }
 

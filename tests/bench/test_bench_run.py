@@ -86,14 +86,16 @@ def test_tiny_sweep_against_mpi(tmp_path):
 
 def test_single_copy_sides_in_one_job(tmp_path):
     """--single-copy-ab: every algorithm through a sub-communicator with single-copy reads off and
-    one with them on, both checked; the second side really reads single-copy (its probe is on)."""
+    one per smallest message with them on, all checked; the sides that are on really read
+    single-copy (their probe is on)."""
     data, _ = _bench(tmp_path, ["all_to_all", "--np", "2", "-b", "64K", "-e", "256K", "-f", "2", "--algorithms",
                                 "direct,auto", "-n", "2", "-w", "1", "--peers", "none", "--passes", "1",
                                 "--single-copy-ab", "--mode", "out"])
     got = {r["algorithm"] for r in data["results"]}
-    assert got == {"direct@cma0", "direct@cma1", "auto@cma0", "auto@cma1"}
+    # the channels, and single-copy from 16, 32 and 64 KiB messages (commlib tune picks among them)
+    assert got == {f"{a}@cma{s}" for a in ("direct", "auto") for s in ("0", "16K", "32K", "1")}
     assert all(r["wrong"] == 0 for r in data["results"]) and data["config"]["single_copy"] == "both"
     sides = data["backends"]["commlib"]["single_copy_sides"]
-    assert sides["1"] == "" and "COMMLIB_CMA=0" in sides["0"]
+    assert sides["1"] == sides["16K"] == sides["32K"] == "" and "COMMLIB_CMA=0" in sides["0"]
     # the report reads the variants as their algorithms where the cost model is asked
     assert os.path.getsize(report.generate([data], str(tmp_path / "rep"))) > 10000

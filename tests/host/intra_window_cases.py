@@ -22,9 +22,10 @@ LISTED = "rail_window_intra_window_in_list_order"
 
 
 def run(comm, count=COUNT):
-    """(resolution {algorithm, E, intra, segment}, auto's choice on the communicator, exact, bitwise
-    equal to list order, steps ahead of list order in the laned call, the most windowed steps in
-    flight at once on this rank)."""
+    """(resolution {algorithm, E, intra, segment}, auto's choice on the communicator, exact (twice),
+    bitwise equal to list order, steps ahead of list order in the laned call, the most windowed steps
+    in flight at once on this rank, heap allocations of commlib's C++ on this thread in the same call
+    made again)."""
     # The pool's processes installed this machine's tuning table when they imported commlib; the
     # table would win over the model where it has the shape (policy/auto_policy.h).
     _C.clear_tuning()
@@ -47,6 +48,12 @@ def _run(comm, count):
     comm.all_reduce(out)  # auto: the engine resolves it on the same model and host map
     ahead = comm._core.steps_ahead() - ahead0
     in_flight = comm._core.intra_in_flight_max()
+    again = x.copy()
+    comm.all_reduce(again)  # (a queue may still grow to its steady size here: ring_queue.h)
+    again = x.copy()
+    allocated = _C.thread_allocations()
+    comm.all_reduce(again)  # the same call again: its plan, gates, lowered steps and tables kept
+    allocated = _C.thread_allocations() - allocated
 
     def build(rank, size, n, root):
         s = _C.schedule(_C.Collective.all_reduce, k["algorithm"], rank, size, n, root, _C.DType.int32, hosts,
@@ -63,5 +70,5 @@ def _run(comm, count):
     resolution = {"algorithm": k["algorithm"], "E": k["share"] >> 24, "intra": k["intra_algorithm"],
                   "segment": k["segment"]}
     chose = comm._core.auto_choice(_C.Collective.all_reduce, count * 4, 4)
-    return (resolution, chose, bool(np.array_equal(out, want)), bool(np.array_equal(out, listed)), ahead,
-            in_flight)
+    return (resolution, chose, bool(np.array_equal(out, want) and np.array_equal(again, want)),
+            bool(np.array_equal(out, listed)), ahead, in_flight, allocated)

@@ -171,15 +171,18 @@ def test_auto_runs_rail_windows_intra_window_within_it(pool):
     (intra_window_cases.py). The call is exact on every rank, bitwise equal to the same schedule run in
     list order, ran laned (steps ahead of list order), and no rank ever had more than E of its steps
     inside the host in flight (Executor::intra_in_flight_max), but more than one: the window bounds
-    the overlap, it does not serialise it."""
+    the overlap, it does not serialise it. The same call again allocates nothing in commlib's C++."""
     import intra_window_cases
 
     env = {"COMMLIB_SOCKET_IFNAME": "lo", "COMMLIB_HOST_ID": ("a",) * 4 + ("b",) * 4, "COMMLIB_TOPOLOGY": "dgx-h100"}
     results = pool(8, env=env).run(intra_window_cases.run, timeout=200)
     resolution = results[0][0]
     assert resolution["algorithm"] == "rail_window" and resolution["E"] == 3, resolution
-    for rank, (res, chose, exact, listed, ahead, in_flight) in enumerate(results):
+    for rank, (res, chose, exact, listed, ahead, in_flight, allocated) in enumerate(results):
         assert res == resolution and chose == "rail_window", (rank, res, chose)
         assert exact and listed, (rank, exact, listed)
         assert ahead > 0, (rank, ahead)
         assert 1 < in_flight <= resolution["E"], (rank, in_flight)
+        # the window's gates are rebuilt at every laned call into kept capacity (schedule/lanes.cc):
+        # a steady call allocates nothing (session 35; a list per call before)
+        assert allocated == 0, (rank, allocated)
