@@ -33,6 +33,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+import zlib
 
 import numpy as np
 
@@ -160,6 +161,22 @@ def iteration_counts(seconds_per_call, cfg) -> list:
     return out
 
 
+def round_order(keys, collective, size, rnd):
+    """The order round ``rnd`` of one size takes its series in: the listed order in round 0, then a
+    permutation seeded by (collective, size, round), the same on every rank without a word between
+    them. Why: in a fixed order a series always follows the same one, on buffers the other mode's
+    series left cold in cache, right after the same kind of call (single-copy reads, a peer's); what
+    that costs or saves then lands on one series in every round, a bias the median keeps (auto's
+    row read 8-21% over the row of the algorithm it ran, all_gather 16 MiB, out of place, in three
+    runs of session 35: auto always followed rail_ring in place). Permuted, it lands on different
+    series round by round, and the median over rounds absorbs it."""
+    keys = list(keys)
+    if rnd == 0 or len(keys) < 2:
+        return keys
+    seed = zlib.crc32(f"{collective}|{size}|{rnd}".encode())  # not hash(): randomised per process
+    return [keys[i] for i in np.random.default_rng(seed).permutation(len(keys))]
+
+
 class Sweep:
     """Runs the sweep of one backend; rank 0 prints the table and keeps the records.
 
@@ -169,7 +186,8 @@ class Sweep:
     cache-line hand-offs 4x slower for minutes at a time, bench/RESULTS_collectives.md session 24),
     hits them alike and their ratios stay meaningful. A peer run in the same rank processes
     (``Backend.peers_inline``: Open MPI under the same ``mpirun``, same_job.py) is one more entry
-    of every round, so commlib-to-MPI ratios get the same protection.
+    of every round, so commlib-to-MPI ratios get the same protection. Each round takes the series
+    in its own order (:func:`round_order`), so no series always follows the same one.
     """
 
     def __init__(self, backend: Backend, cfg: dict, out=sys.stdout, progress=None):
@@ -180,7 +198,8 @@ class Sweep:
         self.wrong_total = 0
         self.progress = progress  # callable(done, total, label) or None
         self._warm = False
-        self.order = []  # per size measured: the "algorithm/mode" keys one round takes, in order
+        self.order = []  # per size measured: the "algorithm/mode" keys one round takes, listed order
+        self.round_orders = []  # per size measured: per round, the keys in the order it took them
 
     def _algos(self, collective):
         req = self.cfg.get("algorithms") or ["all"]
@@ -308,7 +327,12 @@ class Sweep:
         rounds = max(1, min(cfg.get("rounds", 2), min(iters.values())))
         began = time.time()  # wall clock of this size's rounds (bench/spells.py --levels lines them up)
 
+        taken = []
+        self.round_orders.append(taken)
+
         def one_round(rnd, round_keys, calls_of):
+            round_keys = round_order(round_keys, coll, size, rnd)
+            taken.append([f"{a}/{m}" for a, m in round_keys])
             for key in round_keys:
                 k_iters = calls_of(key)
                 fn = fns[key]

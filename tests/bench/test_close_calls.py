@@ -106,14 +106,17 @@ def _sweep(monkeypatch, durations, close_rounds=3, rounds=2, iters=4):
 def test_a_close_mpi_verdict_gets_more_rounds_of_auto_and_mpi_only(monkeypatch):
     recs, b = _sweep(monkeypatch, {"ring": 100e-6, "direct": 300e-6, "auto": 100e-6, "mpi": 103e-6})
     # after the two regular rounds (each: a barrier, 2 calls of every series), three more rounds of
-    # auto and MPI, interleaved as before: a re-warm call, a barrier, 2 calls each
+    # auto and MPI, interleaved as before: a re-warm call, a barrier, 2 calls each; every round in
+    # its own order (sweep.round_order)
+    def order(names, rnd):
+        return [a for a, _ in sweep_mod.round_order([(n, "in") for n in names], "all_reduce", 1 << 20, rnd)]
     regular = []
     for rnd in range(2):
-        for k in ("ring", "direct", "auto", "mpi"):
+        for k in order(("ring", "direct", "auto", "mpi"), rnd):
             regular += ([k] if rnd else []) + ["|"] + [k] * 2
     extra = []
-    for _ in range(3):
-        for k in ("auto", "mpi"):
+    for rnd in range(3):
+        for k in order(("auto", "mpi"), 2 + rnd):
             extra += [k, "|", k, k]
     assert b.whose[-len(regular + extra):] == regular + extra
     assert recs["auto"]["iters"] == recs["mpi"]["iters"] == 4 + 6

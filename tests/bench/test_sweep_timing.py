@@ -5,6 +5,9 @@ simulated ranks in one process with a scripted clock, one run under commlib's na
 MPI's: the same durations must give the same record (issue #42's question whether the main job and
 the 3-pass bench time MPI and commlib alike, bench/RESULTS_collectives.md session 20)."""
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -173,11 +176,15 @@ def test_an_inline_peer_takes_its_turn_in_every_round_beside_each_algorithm(monk
     recs = s.run()
     keys = ["ring/out", "ring/in", "direct/out", "direct/in", "mpi/in"]  # MPI: all_reduce in place only
     assert s.order == [keys]
-    # after the warm-ups: per round, each key once, in the same order every round: (a re-warm call
-    # after the first round), a barrier, iters/rounds timed calls
+    # after the warm-ups: per round, each key once, in the round's own order (round_order: listed
+    # in the first round): (a re-warm call after the first round), a barrier, iters/rounds timed calls
+    taken = [[f"{a}/{m}" for a, m in sweep_mod.round_order([tuple(k.split("/")) for k in keys], "all_reduce",
+                                                             1 << 20, rnd)] for rnd in range(rounds)]
+    assert s.round_orders == [taken] and taken[0] == keys
+    assert all(sorted(t) == sorted(keys) for t in taken) and len({tuple(t) for t in taken}) > 1
     expected = []
     for rnd in range(rounds):
-        for k in keys:
+        for k in taken[rnd]:
             expected += ([k] if rnd else []) + ["|"] + [k] * (iters // rounds)
     assert b.whose[-len(expected):] == expected
     assert "|" not in b.whose[:-len(expected)]  # the warm-ups come first, without barriers
@@ -187,3 +194,23 @@ def test_an_inline_peer_takes_its_turn_in_every_round_beside_each_algorithm(monk
     assert all(r["iters"] == iters and r["rounds"] == rounds for r in recs)
     # the size's rounds' wall clock, one span for every series of the size
     assert len({tuple(r["at"]) for r in recs}) == 1 and recs[0]["at"][0] <= recs[0]["at"][1]
+
+
+def test_every_rank_takes_a_round_in_the_same_order_and_no_series_always_follows_one():
+    """The rounds' orders are a function of (collective, size, round) alone, the same in every rank
+    process whatever its hash seed; over the rounds a series follows several different ones."""
+    keys = [(a, m) for a in ("ring", "direct", "bruck", "rail_ring", "auto") for m in ("out", "in")]
+    script = ("import sys; from commlib.bench.sweep import round_order; "
+              "print([round_order(%r, 'all_gather', 1 << 24, r) for r in range(4)])" % (keys,))
+    outs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=os.getcwd())).stdout
+            for seed in ("1", "2")}
+    assert len(outs) == 1
+    orders = [sweep_mod.round_order(keys, "all_gather", 1 << 24, r) for r in range(4)]
+    assert orders[0] == keys and all(sorted(o) == sorted(keys) for o in orders)
+    follows = {}
+    for o in orders:
+        for before, after in zip(o, o[1:]):
+            follows.setdefault(after, set()).add(before)
+    assert all(len(follows.get(k, ())) >= 2 for k in keys[1:])
+    assert sweep_mod.round_order(keys, "all_gather", 1 << 23, 1) != orders[1]  # each size its own
