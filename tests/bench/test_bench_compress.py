@@ -6,7 +6,7 @@ import pytest
 
 from commlib.bench import arguments, report
 from commlib.bench.report_compression import compression_rows
-from commlib.bench.sweep import Reference
+from commlib.bench.references import Reference
 from test_bench_run import _bench
 
 

@@ -77,6 +77,7 @@ def test_the_cpp_backends_steady_device_calls_cost_what_the_entrys_do(pool):
     # launch, one device guard, one capture query), plus one event record per launch exactly when
     # another engine lives on the device (stream/kernel_occupancy.h LaunchChain). A pool of its own: other modules' engines on the shared pools'
     # devices made these counts depend on module order (as test_call_counts.py's, which own theirs).
+    # Counted again (twice at most) while a count allocated: see the case's docstring and comments.
     from commlib.torch import native
     if native.load() is None:
         pytest.skip("commlib._C_torch was not built")
