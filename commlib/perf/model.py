@@ -64,7 +64,7 @@ def model_algorithm(rec) -> str:
     if rec["backend"] != "commlib":
         return PEER_ALGORITHM.get(rec["collective"], "ring")
     alg = rec.get("resolved") or rec["algorithm"]
-    if alg == "flags":  # auto's flag broadcast (one write, every reader copies it): direct's shape
+    if alg == "flags":  # auto's flag calls (each writer's one write, every rank reads it): direct's shape
         return "direct"
     return alg if alg != "auto" else PEER_ALGORITHM.get(rec["collective"], "ring")
 

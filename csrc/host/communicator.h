@@ -104,7 +104,8 @@ class Communicator {
   // What auto picks for `coll` of `bytes` on this communicator's links (policy/auto_policy.h).
   std::string auto_choice(Collective coll, int64_t bytes, int elem_bytes = 1) const;
   // Whether auto's `coll` of `bytes` runs as a flag call (host/flag_calls.cc) instead of
-  // auto_choice's schedule: small broadcasts and barriers with every rank on this host.
+  // auto_choice's schedule: small broadcasts, barriers and exchanges (all_gather, all_to_all,
+  // all_reduce, reduce_scatter) with every rank on this host.
   bool auto_runs_flag_call(Collective coll, int64_t bytes) const;
   // What an engine on this communicator resolves calls with (the stream engine takes a copy).
   const PlanContext& plan_context() const { return plans_.context(); }
@@ -182,7 +183,7 @@ class Communicator {
                             char* const* bases);
   class CodecStep;  // compressed_lowering.cc: the codec's work inside a step
   char* scratch(size_t bytes);
-  // auto's small broadcast or barrier through the shared-memory flags; false: run the schedule.
+  // auto's small broadcast, barrier or exchange through the shared-memory flags; false: run the schedule.
   bool run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc, size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);

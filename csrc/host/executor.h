@@ -162,6 +162,14 @@ class Executor {
   bool flags_fit(size_t bytes) const;
   void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
   void flag_barrier(const CallDesc& call);
+  // Flag exchanges (flag_calls.cc): auto's small all_gather, all_to_all, all_reduce and reduce_scatter
+  // with every rank on this host, each rank's whole input written once into its slot and read by
+  // every rank. `in_bytes` is a rank's input (flag_exchange_input_bytes, which flags_fit must take);
+  // `block_bytes` a block of the output (all_gather, all_to_all: one per rank) or the output reduced
+  // (`count` elements). -1 from flag_exchange_input_bytes: `c` is no exchange.
+  static int64_t flag_exchange_input_bytes(Collective c, int64_t count, size_t esize, int size);
+  void flag_exchange(Collective coll, const char* in, size_t in_bytes, char* out, size_t block_bytes, size_t count,
+                     DType dtype, RedOp op, const CallDesc& call);
   // The "shared" broadcast through the root's stream (SharedFlags' streams), when every rank is on
   // this host and the transport has streams; the same on every rank of a call.
   bool stream_fits() const;
@@ -256,7 +264,7 @@ class Executor {
   ListenerList<P2PProbe> probes_;
   uint64_t flag_calls_ = 0;       // flag calls made (numbered alike on every rank)
   std::vector<uint64_t> flag_writes_;     // per root: its flag broadcasts so far (its next slot: this mod slots)
-  std::vector<uint64_t> flag_slot_call_;  // the flag call each of this rank's slots last held
+  std::vector<uint64_t> flag_slot_call_;  // per slot of this rank: the counter every peer must pass before it is written again
   uint64_t flag_readers_done_ = 0;        // the lowest flag call every peer had completed, last looked at
   std::vector<uint64_t> stream_pos_;      // per root: where its next broadcast starts in its stream
   uint64_t stream_low_ = 0;               // the lowest position every reader had consumed of this rank's stream

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 #include "host/executor.h"
+#include "kernels/cpu_reduce.h"
 #include "host/stall_clock.h"
 #include "kernels/cpu_copy.h"
 #include "plan/describe.h"
@@ -219,6 +221,103 @@ void Executor::stream_broadcast(const char* src, char* dst, size_t bytes, int ro
     f.consume(root, p);
   }
   f.consume(root, end);
+}
+
+// auto's small all_gather, all_to_all, all_reduce and reduce_scatter on one host through the
+// shared-memory flags (transport.h SharedFlags), as auto's small broadcast (flag_calls.cc): every
+// rank writes its whole input into its own slot once, and each takes what it needs from every slot:
+// its blocks (all_gather, all_to_all) or the inputs it reduces, in rank order 0, 1, .., P-1, so every
+// rank reduces the same values in the same order and all_reduce's result is the same bits on every
+// rank. One write and P-1 reads of a flag per rank, where a schedule through the channels costs a
+// chunk, a header check and a release per peer and message, and (reduce_broadcast, tree) a wait per
+// hop: with more ranks than cores each hop is a wake-up of a descheduled rank.
+//
+// A slot of this rank holds an exchange's input until every peer has taken what it needs from it.
+// A peer has done that once it started a later flag call (calls are sequential, and it publishes
+// its counter when it writes, before it reads), so the slot is written again only when every
+// peer's counter passed the call it held: flag_slot_call_ records that bound, as a broadcast's root
+// records its readers' (flag_calls.cc).
+int64_t Executor::flag_exchange_input_bytes(Collective c, int64_t count, size_t esize, int size) {
+  switch (c) {
+    case Collective::AllGather:
+    case Collective::AllReduce: return count * static_cast<int64_t>(esize);
+    case Collective::AllToAll:
+    case Collective::ReduceScatter: return count * static_cast<int64_t>(esize) * size;
+    default: return -1;
+  }
+}
+
+void Executor::flag_exchange(Collective coll, const char* in, size_t in_bytes, char* out, size_t block_bytes,
+                             size_t count, DType dtype, RedOp op, const CallDesc& call) {
+  SharedFlags& f = *t_.shared_flags();
+  const uint64_t n = ++flag_calls_;
+  const int me = t_.rank(), P = t_.size();
+  const size_t slots = static_cast<size_t>(f.slots());
+  // Every rank writes in every exchange, so each counts every rank's writes alike: rank p's input
+  // of this call is in its slot (its writes so far) mod slots.
+  if (flag_writes_.size() < static_cast<size_t>(P)) flag_writes_.resize(P, 0);
+  if (flag_slot_call_.size() < slots) flag_slot_call_.resize(slots, 0);
+  auto slot_of = [&](int p) { return static_cast<int>((flag_writes_[p] - 1) % slots); };
+  for (int p = 0; p < P; ++p) ++flag_writes_[p];
+  const int mine = slot_of(me);
+  const uint64_t free_at = flag_slot_call_[mine];
+  if (free_at > flag_readers_done_)
+    wait_flags(
+        [&] {
+          uint64_t low = UINT64_MAX;
+          for (int p = 0; p < P; ++p)
+            if (p != me) low = std::min(low, f.completed(p));
+          flag_readers_done_ = low;
+          return low >= free_at;
+        },
+        OpKind::Send, -1, in_bytes, call);
+  f.write(mine, n, call, in, in_bytes);  // (also this rank's counter: it is in call n)
+  flag_slot_call_[mine] = n + 1;
+  // Every peer's input, as it arrives; the peers' slots hold them until this rank starts a later call.
+  wait_flags(
+      [&] {
+        for (int p = 0; p < P; ++p)
+          if (p != me && !f.holds(p, slot_of(p), n)) return false;
+        return true;
+      },
+      OpKind::Recv, -1, in_bytes, call);
+  auto input_of = [&](int p) {
+    CallDesc got;
+    size_t got_bytes = 0;
+    const char* data = f.slot(p, slot_of(p), &got, &got_bytes);
+    if (got != call || got_bytes != in_bytes)
+      fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " in " + describe_call(call) + " found rank " +
+                                    std::to_string(p) + "'s slot holding " + describe_call(got) + " (" +
+                                    std::to_string(got_bytes) + " bytes); expected " + std::to_string(in_bytes) +
+                                    " bytes");
+    return data;
+  };
+  // (This rank's own input is read back from its slot too: in place, `out` overlaps `in`.)
+  switch (coll) {
+    case Collective::AllGather:
+      for (int p = 0; p < P; ++p)
+        if (block_bytes) std::memmove(out + p * block_bytes, input_of(p), block_bytes);
+      break;
+    case Collective::AllToAll:
+      for (int p = 0; p < P; ++p)
+        if (block_bytes) std::memmove(out + p * block_bytes, input_of(p) + me * block_bytes, block_bytes);
+      break;
+    case Collective::AllReduce:
+    case Collective::ReduceScatter: {
+      const size_t at = coll == Collective::ReduceScatter ? me * block_bytes : 0;
+      for (int p = 0; p < P; ++p) {
+        const char* src = input_of(p) + at;
+        if (!block_bytes) continue;
+        if (p == 0)
+          std::memmove(out, src, block_bytes);
+        else
+          reduce_inplace(out, src, count, dtype, op);
+      }
+      break;
+    }
+    default:
+      throw std::logic_error(std::string("flag_exchange: ") + collective_name(coll) + " is no exchange");
+  }
 }
 
 }  // namespace commlib

@@ -56,17 +56,35 @@ char* Communicator::scratch(size_t bytes) {
   return scratch_.get();
 }
 
-// auto's small broadcasts and barriers, when every rank is on this host: through the shared-memory
-// flags (host/flag_calls.cc), one write read by every rank, instead of the schedule. Only when auto
-// itself chose (an algorithm the caller or COMMLIB_ALGO_<COLLECTIVE> named runs as named), so
-// every rank decides alike from the call. The "shared" broadcast, however chosen, runs through the
-// root's stream the same way (its schedule, direct's messages, only off one host).
+// auto's small broadcasts, barriers, all_gathers, all_to_alls, all_reduces and reduce_scatters, when
+// every rank is on this host: through the shared-memory flags (host/flag_calls.cc), one write read
+// by every rank, instead of the schedule. Only when auto itself chose (an algorithm the caller or
+// COMMLIB_ALGO_<COLLECTIVE> named runs as named), so every rank decides alike from the call. The
+// "shared" broadcast, however chosen, runs through the root's stream the same way (its schedule,
+// direct's messages, only off one host).
 bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc,
                                  size_t bytes) {
   if (call.coll == Collective::Barrier) {
     if (call.algo != 0 || call.codec.active() || planned.overridden) return false;
     if (!exec_.flags_fit(0)) return false;
     exec_.flag_barrier(desc);
+    return true;
+  }
+  const size_t esize = dtype_size(call.dtype);
+  const int64_t in_bytes = Executor::flag_exchange_input_bytes(call.coll, call.count, esize, size_);
+  if (in_bytes >= 0) {
+    if (call.algo != 0 || call.codec.active() || planned.overridden || !exec_.flags_fit(static_cast<size_t>(in_bytes)))
+      return false;
+    const char* in = reinterpret_cast<const char*>(call.input);
+    char* out = reinterpret_cast<char*>(call.output);
+    if (call.op == RedOp::PremulSum && collective_reduces(call.coll)) {  // (reduced as a sum of the scaled inputs)
+      char* scaled = input_copy(static_cast<size_t>(in_bytes));
+      scale_copy(scaled, in, static_cast<size_t>(in_bytes) / esize, call.dtype, call.scale);
+      in = scaled;
+    }
+    exec_.flag_exchange(call.coll, in, static_cast<size_t>(in_bytes), out, static_cast<size_t>(call.count) * esize,
+                        static_cast<size_t>(call.count), call.dtype, call.op, desc);
+    if (avg_divides(call, rank_)) divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
     return true;
   }
   if (call.coll != Collective::Broadcast) return false;

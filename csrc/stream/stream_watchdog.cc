@@ -46,8 +46,12 @@ void StreamEngine::note_wait(const StreamWait& w) {
 }
 
 void StreamEngine::release_waits() {
-  if (kernel_) kernel_->abort();  // every wait loop of a kernel polls it
+  // The stop word before the kernel's abort word: a kernel that found a mismatch waits for the
+  // abort, and what its stream runs after it (avg's divide, gated on the stop word as the stream
+  // reaches it) must find the stop set once the kernel returns (aborting first, the divide ran on
+  // a mismatched call now and then: tests/stream/test_mismatch_data.py's avg cases, 1 run in 6).
   copy_->release_waits();  // the stop word first, then the counters
+  if (kernel_) kernel_->abort();  // every wait loop of a kernel polls it (after the stores above)
   // Message-descriptor waits are on the ring slots of this rank's region.
   std::lock_guard<std::mutex> lk(mu_);
   for (const StreamWait& w : waits_)

@@ -86,9 +86,9 @@ def broadcast_rotating_roots(comm, calls=100):
     from commlib.bench.backends import CommlibBackend
     from commlib.core.call_spec import COLLECTIVE
     runs = {(c, n): comm._core.auto_runs_flag_call(COLLECTIVE[c], n)
-            for c, n in (("broadcast", 4096), ("broadcast", 4097), ("barrier", 0), ("all_reduce", 8))}
+            for c, n in (("broadcast", 4096), ("broadcast", 4097), ("barrier", 0), ("all_reduce", 8), ("reduce", 8))}
     if runs != {("broadcast", 4096): True, ("broadcast", 4097): False, ("barrier", 0): True,
-                ("all_reduce", 8): False}:
+                ("all_reduce", 8): True, ("reduce", 8): False}:  # (all_reduce: flag_exchange_cases.py)
         wrong.append(f"auto_runs_flag_call: {runs}")
     label = CommlibBackend(comm).resolve("broadcast", "auto", 8, "float32")
     if label != "flags":
