@@ -32,8 +32,9 @@ needs_frames = pytest.mark.skipif(huge_share(id(0), 1) is None, reason="page fra
 needs_thp = pytest.mark.skipif(_thp_mode() == "never", reason="transparent huge pages are off")
 
 
-def _smaps_huge_kb(address):
-    """AnonHugePages (kB) of the mapping holding ``address``, from /proc/self/smaps."""
+def _smaps_fields(address, key):
+    """The fields after ``key`` (e.g. "AnonHugePages:", "VmFlags:") of the mapping holding
+    ``address``, from /proc/self/smaps; None when no mapping holds it or it has no such line."""
     inside = False
     with open("/proc/self/smaps") as f:
         for line in f:
@@ -41,9 +42,15 @@ def _smaps_huge_kb(address):
             if "-" in head and not head.endswith(":"):
                 lo, hi = (int(x, 16) for x in head.split("-"))
                 inside = lo <= address < hi
-            elif inside and line.startswith("AnonHugePages:"):
-                return int(line.split()[1])
-    return 0
+            elif inside and line.startswith(key):
+                return line.split()[1:]
+    return None
+
+
+def _smaps_huge_kb(address):
+    """AnonHugePages (kB) of the mapping holding ``address``."""
+    fields = _smaps_fields(address, "AnonHugePages:")
+    return int(fields[0]) if fields else 0
 
 
 def _mapping(windows, advice):
@@ -130,17 +137,9 @@ def test_the_bench_buffers_are_fresh_mappings_and_mallocs_threshold_is_left_alon
 
 
 def _smaps_vmflags(address):
-    """The VmFlags of the mapping holding ``address``, from /proc/self/smaps (``hg``: MADV_HUGEPAGE)."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(maxsplit=1)[0] if line.strip() else ""
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and line.startswith("VmFlags:"):
-                return set(line.split()[1:])
-    return None
+    """The VmFlags of the mapping holding ``address`` (``hg``: MADV_HUGEPAGE)."""
+    fields = _smaps_fields(address, "VmFlags:")
+    return set(fields) if fields is not None else None
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="no /proc/self/smaps")
