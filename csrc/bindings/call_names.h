@@ -19,7 +19,9 @@ bool parse_op_name(PyObject* s, RedOp* op);
 
 // 0 for "auto", else 1 + the algorithm's position in algorithms(c) (the registry's index, as
 // CollectiveCall::algo); -1 (no Python error set) when `s` names none of them. The names are
-// re-read when the registry changed (commlib.register_algorithm at run time): one atomic load.
+// re-read when the registry changed (commlib.register_algorithm at run time): one atomic load. A
+// name that is not the interned object is compared by value once and then known by its address
+// (the last such name per collective, held).
 int parse_algorithm_name(Collective c, PyObject* s);
 
 }  // namespace commlib

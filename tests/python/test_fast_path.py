@@ -1,6 +1,8 @@
 """The C++ fast path for blocking calls on NumPy arrays (csrc/bindings/fast_call.cc): it must give
 the general path's results, decline everything unusual (so the general path explains errors), and
 actually be taken in the common case."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -115,6 +117,43 @@ def test_takes_algorithms_registered_at_run_time(comm1):
     finally:
         commlib.unregister_algorithm("all_reduce", "fast_path_mirror")
     assert _fast(comm1, "all_reduce", x, out, algorithm="fast_path_mirror") is NotImplemented
+
+
+def test_a_name_made_at_run_time_is_known_by_its_value_and_never_outlives_its_registration(comm1):
+    # A name that is not the interned string (joined at run time, as a list of algorithms or a config
+    # file gives it) is compared by value once, then known by its address (call_names.cc): it must
+    # still name what the registry says at each call, not what it named when first seen.
+    ran = []
+
+    def builder(tag):
+        def build(rank, size, count, root):
+            ran.append(tag)
+            return {"steps": [[{"op": "copy", "dst": ("output", 0, count), "src": ("input", 0, count)}]]}
+        return build
+
+    x, out = np.arange(6, dtype=np.int32), np.zeros(6, np.int32)
+    ring = "".join(["ri", "ng"])
+    assert ring == "ring" and ring is not sys.intern("ring")
+    for _ in range(3):
+        assert _fast(comm1, "all_reduce", x, out, algorithm=ring) is None and out.tolist() == list(range(6))
+    bogus = "".join(["bo", "gus"])
+    assert [_fast(comm1, "all_reduce", x, out, algorithm=bogus) for _ in range(2)] == [NotImplemented] * 2
+    name = "".join(["run_time_", "name"])
+    commlib.register_algorithm("all_reduce", "run_time_name", builder("first"))
+    try:
+        assert _fast(comm1, "all_reduce", x, out, algorithm=name) is None
+        assert _fast(comm1, "all_reduce", x, out, algorithm=name) is None
+    finally:
+        commlib.unregister_algorithm("all_reduce", "run_time_name")
+    # another algorithm takes the removed one's index: the old name must not reach it
+    commlib.register_algorithm("all_reduce", "run_time_other", builder("other"))
+    try:
+        assert _fast(comm1, "all_reduce", x, out, algorithm=name) is NotImplemented
+        assert _fast(comm1, "all_reduce", x, out, algorithm=sys.intern("run_time_other")) is None
+    finally:
+        commlib.unregister_algorithm("all_reduce", "run_time_other")
+    assert ran == ["first", "other"], ran  # (a builder runs once per call shape: the plan is cached)
+    assert _fast(comm1, "all_reduce", x, out, algorithm=ring) is None  # the same object, the registry changed
 
 
 def test_refuses_a_one_sided_algorithm_at_one_rank_too(comm1):
