@@ -203,6 +203,45 @@ def silent_peer(comm, route_name="host"):
     return out
 
 
+def _wait_chain(rank, size, count, root):
+    """An all_reduce-shaped schedule of 3 ranks that is only a chain of waits: rank 2 receives from
+    rank 0, which first receives from rank 1, then sends to rank 2 (silent_peer_late_waiter)."""
+    whole = ("output", 0, count)
+    if rank == 0:
+        return [[{"op": "recv", "peer": 1, "dst": whole}], [{"op": "send", "peer": 2, "src": whole}]]
+    if rank == 1:
+        return [[{"op": "send", "peer": 0, "src": ("input", 0, count)}]]
+    return [[{"op": "recv", "peer": 0, "dst": whole}]]
+
+
+def silent_peer_late_waiter(comm, late_s=0.6):
+    """Rank 1 silent; rank 2 waits on rank 0 from the start of its call, and rank 0, coming `late_s`
+    later, waits on rank 1 (_wait_chain): rank 2's clock runs out first, on a rank that is in the
+    call and waiting itself, which must not be blamed: every waiting rank's error names rank 1.
+    Returns (message, seconds) per rank (rank 1: ("", 0.0))."""
+    commlib.register_algorithm("all_reduce", "wait_chain", _wait_chain)
+    try:
+        sub = comm.split(0, timeout=2.0)
+        x = np.ones(16, np.float32)
+        out = ("", 0.0)
+        if sub.rank != 1:
+            if sub.rank == 0:
+                time.sleep(late_s)
+            t = time.monotonic()
+            try:
+                sub.all_reduce(x, algorithm="wait_chain")
+                out = ("no error", 0.0)
+            except commlib.PeerError as e:
+                out = (str(e), time.monotonic() - t)
+            mark_reached(sub, "gave-up-late")
+        else:
+            wait_until_reached(sub, "gave-up-late", [0, 2])
+        sub.close()
+    finally:
+        commlib.unregister_algorithm("all_reduce", "wait_chain")
+    return out
+
+
 def resources(comm, route_name="host"):
     """Creating, using (async, so the worker thread and, on the device route, the engine start)
     and closing sub-communicators leaves no thread, descriptor, mapping or device memory behind."""

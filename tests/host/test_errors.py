@@ -65,6 +65,19 @@ def test_silent_peer_times_out(pool, route, size):
     assert msg.startswith(("PeerError", "CommError")) and took < 1.0, (msg, took)
 
 
+@pytest.mark.timeout(60)
+def test_a_waiting_rank_in_the_call_is_not_blamed_for_the_silent_one(pool):
+    # Rank 2 waits on rank 0 from the start; rank 0, 0.6 s late, waits on the silent rank 1 (a
+    # schedule of waits, error_cases._wait_chain; recursive doubling at 3 ranks is such a chain, where
+    # CI once saw rank 2 blame rank 0). Rank 2's timeout comes first, on a rank that is in the call: it
+    # waits for rank 0's verdict (a second timeout at most), so both name rank 1 (host/executor.cc on_idle).
+    res = pool(3).run(cases.silent_peer_late_waiter, timeout=40)
+    for rank in (0, 2):
+        msg, took = res[rank]
+        assert "rank 1 did not answer" in msg and "all_reduce" in msg, (rank, msg)
+        assert took < 10, (rank, took)
+
+
 @pytest.mark.parametrize("route,size", [("host", 3), ("device", 2)])
 def test_no_thread_fd_mapping_or_device_memory_leaks(pool, route, size):
     for before, after in pool(size, env=ENV[route]).run(cases.resources, route):
