@@ -162,6 +162,9 @@ class Executor {
   bool flags_fit(size_t bytes) const;
   void flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
   void flag_barrier(const CallDesc& call);
+  // Waits until every peer's flag-call counter reached `counter` (a slot of this rank may then be
+  // written again); the peers' counters are read again only when the last look does not cover it.
+  void wait_peers_passed(uint64_t counter, size_t bytes, const CallDesc& call);
   // Flag exchanges (flag_calls.cc): auto's small all_gather, all_to_all, all_reduce and reduce_scatter
   // with every rank on this host, each rank's whole input written once into its slot and read by
   // every rank. `in_bytes` is a rank's input (flag_exchange_input_bytes, which flags_fit must take);

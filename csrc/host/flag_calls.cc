@@ -74,6 +74,21 @@ void Executor::wait_flags(Ready ready, OpKind kind, int only_peer, size_t bytes,
   }
 }
 
+void Executor::wait_peers_passed(uint64_t counter, size_t bytes, const CallDesc& call) {
+  if (counter <= flag_readers_done_) return;  // the last look already covers it
+  SharedFlags& f = *t_.shared_flags();
+  const int me = t_.rank();
+  wait_flags(
+      [&] {
+        uint64_t low = UINT64_MAX;
+        for (int p = 0; p < t_.size(); ++p)
+          if (p != me) low = std::min(low, f.completed(p));
+        flag_readers_done_ = low;
+        return low >= counter;
+      },
+      OpKind::Send, -1, bytes, call);
+}
+
 void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call) {
   SharedFlags& f = *t_.shared_flags();
   const uint64_t n = ++flag_calls_;
@@ -87,17 +102,7 @@ void Executor::flag_broadcast(const char* src, char* dst, size_t bytes, int root
     // writes back), so a root runs at most that many broadcasts ahead of its slowest reader. The
     // readers' counters are read again only when the last look does not already cover it.
     if (flag_slot_call_.size() < static_cast<size_t>(f.slots())) flag_slot_call_.resize(f.slots(), 0);
-    const uint64_t prev = flag_slot_call_[index];
-    if (prev > flag_readers_done_)
-      wait_flags(
-          [&] {
-            uint64_t low = UINT64_MAX;
-            for (int p = 0; p < t_.size(); ++p)
-              if (p != me) low = std::min(low, f.completed(p));
-            flag_readers_done_ = low;
-            return low >= prev;
-          },
-          OpKind::Send, -1, bytes, call);
+    wait_peers_passed(flag_slot_call_[index], bytes, call);
     f.write(index, n, call, src, bytes);
     flag_slot_call_[index] = n;
     if (dst && dst != src && bytes) std::memcpy(dst, src, bytes);
@@ -260,17 +265,7 @@ void Executor::flag_exchange(Collective coll, const char* in, size_t in_bytes, c
   auto slot_of = [&](int p) { return static_cast<int>((flag_writes_[p] - 1) % slots); };
   for (int p = 0; p < P; ++p) ++flag_writes_[p];
   const int mine = slot_of(me);
-  const uint64_t free_at = flag_slot_call_[mine];
-  if (free_at > flag_readers_done_)
-    wait_flags(
-        [&] {
-          uint64_t low = UINT64_MAX;
-          for (int p = 0; p < P; ++p)
-            if (p != me) low = std::min(low, f.completed(p));
-          flag_readers_done_ = low;
-          return low >= free_at;
-        },
-        OpKind::Send, -1, in_bytes, call);
+  wait_peers_passed(flag_slot_call_[mine], in_bytes, call);
   f.write(mine, n, call, in, in_bytes);  // (also this rank's counter: it is in call n)
   flag_slot_call_[mine] = n + 1;
   // Every peer's input, as it arrives; the peers' slots hold them until this rank starts a later call.
