@@ -290,12 +290,10 @@ void Executor::flag_exchange(Collective coll, const char* in, size_t in_bytes, c
   // (This rank's own input is read back from its slot too: in place, `out` overlaps `in`.)
   switch (coll) {
     case Collective::AllGather:
-      for (int p = 0; p < P; ++p)
-        if (block_bytes) std::memmove(out + p * block_bytes, input_of(p), block_bytes);
+      for (int p = 0; p < P; ++p) std::memmove(out + p * block_bytes, input_of(p), block_bytes);  // (0 bytes: checked)
       break;
     case Collective::AllToAll:
-      for (int p = 0; p < P; ++p)
-        if (block_bytes) std::memmove(out + p * block_bytes, input_of(p) + me * block_bytes, block_bytes);
+      for (int p = 0; p < P; ++p) std::memmove(out + p * block_bytes, input_of(p) + me * block_bytes, block_bytes);
       break;
     case Collective::AllReduce:
     case Collective::ReduceScatter: {

@@ -80,6 +80,18 @@ def count_mismatch(comm):
         return f"{type(e).__name__}: {e}"
 
 
+def zero_count_mismatch(comm):
+    """Rank 1 all_gathers 0 elements, the others 2: a rank with nothing to take still reads every
+    slot's description, so every rank raises MismatchError, rank 1 included."""
+    n = 0 if comm.rank == 1 else 2
+    x, out = np.ones(n, np.float32), np.zeros(n * comm.size, np.float32)
+    try:
+        comm.all_gather(out, x)
+        return None
+    except commlib.CommError as e:
+        return f"{type(e).__name__}: {e}"
+
+
 def dies_before_writing(comm, victim):
     """``victim`` is SIGKILLed before an exchange; the others wait on its slot and must raise
     PeerError naming it and the all_gather."""

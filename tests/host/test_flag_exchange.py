@@ -31,6 +31,17 @@ def test_ranks_that_disagree_on_the_count_all_raise_mismatch():
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_with_nothing_to_take_still_raises_mismatch():
+    from commlib.testing import RankPool
+    pool = RankPool(3, timeout=60)
+    try:
+        results = pool.run(cases.zero_count_mismatch, timeout=60)
+        assert all(r and r.startswith("MismatchError") and "all_gather" in r for r in results), results
+    finally:
+        pool.kill()
+
+
+@pytest.mark.timeout(120)
 def test_a_rank_dead_before_its_exchange_is_named_by_every_survivor():
     results = run_killing_one_rank(3, 1, cases.dies_before_writing, timeout=60)
     assert_survivors_named_the_dead_rank(results, 1, call="all_gather #", within_s=20)
