@@ -8,6 +8,8 @@ checked exactly (integers, and float32 sums of small integers, which are exact).
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import commlib.emulated as emu
@@ -169,21 +171,32 @@ def bad_arguments_name_themselves(comm):
     return seam, errors, counted, right
 
 
-def mismatched_new_shapes(comm):
+def mismatched_new_shapes(comm, late_rank=None):
     """On a set-up engine and stream, rank r all_reduces 40 + 4 r floats of a fresh buffer: a new
     shape run from C++ on every rank, which the engines find mismatched. Returns (whether it ran
-    from C++, "Type: message" of what the call or its synchronize raised)."""
+    from C++, "Type: message" of what the call or its synchronize raised). A rank whose engine a
+    peer failed before this rank's call raises from the C++ entry itself (the engine refuses the
+    enqueue, so no new shape is counted): that ran from C++ too."""
     r = comm.rank
     o = Offers(comm)
     o.call("all_reduce", emu.from_numpy(np.ones(8, np.float32))).synchronize()  # set-up
     new0 = _C.device_native_new_shape_count()
     x = emu.from_numpy(np.ones(40 + 4 * r, np.float32))
-    seen = "no error"
+    seen, declined, raised_by_seam = "no error", False, False
+    if r == late_rank:
+        time.sleep(1.0)
     try:
-        o.call("all_reduce", x).synchronize()
+        try:
+            w = o.seam("all_reduce", x)
+        except Exception:  # noqa: BLE001 - re-raised: the kind is the result
+            raised_by_seam = True
+            raise
+        declined = w is None
+        (o.call("all_reduce", x) if declined else w).synchronize()
     except Exception as e:  # noqa: BLE001 - the kind is the result
         seen = f"{type(e).__name__}: {e}"
-    from_cpp = _C.device_native_new_shape_count() - new0 == 1 and o.python_calls == []
+    counted = _C.device_native_new_shape_count() - new0
+    from_cpp = not declined and o.python_calls == [] and (counted == 1 or (raised_by_seam and counted == 0))
     o.shutdown()
     return from_cpp, seen
 
