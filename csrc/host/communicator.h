@@ -183,8 +183,12 @@ class Communicator {
                             char* const* bases);
   class CodecStep;  // compressed_lowering.cc: the codec's work inside a step
   char* scratch(size_t bytes);
-  // auto's small broadcast, barrier or exchange through the shared-memory flags; false: run the schedule.
-  bool run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc, size_t bytes);
+  // Where a call goes instead of its schedule (lowering.cc flag_route): auto's small broadcast,
+  // barrier or exchange through the shared-memory flags, or the "shared" broadcast through the root's
+  // stream; None: the schedule.
+  enum class FlagRoute : uint8_t { None, Barrier, Exchange, Broadcast, Stream };
+  FlagRoute flag_route(const CollectiveCall& call, const ResolvedPlan& planned, size_t bytes) const;
+  void run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);

@@ -62,42 +62,49 @@ char* Communicator::scratch(size_t bytes) {
 // COMMLIB_ALGO_<COLLECTIVE> named runs as named), so every rank decides alike from the call. The
 // "shared" broadcast, however chosen, runs through the root's stream the same way (its schedule,
 // direct's messages, only off one host).
-bool Communicator::run_flag_call(const CollectiveCall& call, const ResolvedPlan& planned, const CallDesc& desc,
-                                 size_t bytes) {
-  if (call.coll == Collective::Barrier) {
-    if (call.algo != 0 || call.codec.active() || planned.overridden) return false;
-    if (!exec_.flags_fit(0)) return false;
-    exec_.flag_barrier(desc);
-    return true;
-  }
-  const size_t esize = dtype_size(call.dtype);
-  const int64_t in_bytes = Executor::flag_exchange_input_bytes(call.coll, call.count, esize, size_);
-  if (in_bytes >= 0) {
-    if (call.algo != 0 || call.codec.active() || planned.overridden || !exec_.flags_fit(static_cast<size_t>(in_bytes)))
-      return false;
-    const char* in = reinterpret_cast<const char*>(call.input);
-    char* out = reinterpret_cast<char*>(call.output);
-    if (call.op == RedOp::PremulSum && collective_reduces(call.coll)) {  // (reduced as a sum of the scaled inputs)
-      char* scaled = input_copy(static_cast<size_t>(in_bytes));
-      scale_copy(scaled, in, static_cast<size_t>(in_bytes) / esize, call.dtype, call.scale);
-      in = scaled;
-    }
-    exec_.flag_exchange(call.coll, in, static_cast<size_t>(in_bytes), out, static_cast<size_t>(call.count) * esize,
-                        static_cast<size_t>(call.count), call.dtype, call.op, desc);
-    if (avg_divides(call, rank_)) divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
-    return true;
-  }
-  if (call.coll != Collective::Broadcast) return false;
+Communicator::FlagRoute Communicator::flag_route(const CollectiveCall& call, const ResolvedPlan& planned,
+                                                  size_t bytes) const {
+  const bool auto_chose = call.algo == 0 && !call.codec.active() && !planned.overridden;
+  if (call.coll == Collective::Barrier) return auto_chose && exec_.flags_fit(0) ? FlagRoute::Barrier : FlagRoute::None;
+  const int64_t in_bytes = Executor::flag_exchange_input_bytes(call.coll, call.count, dtype_size(call.dtype), size_);
+  if (in_bytes >= 0)
+    return auto_chose && exec_.flags_fit(static_cast<size_t>(in_bytes)) ? FlagRoute::Exchange : FlagRoute::None;
+  if (call.coll != Collective::Broadcast) return FlagRoute::None;
+  if (planned.name == "shared" && !call.codec.active() && exec_.stream_fits()) return FlagRoute::Stream;
+  return auto_chose && exec_.flags_fit(bytes) ? FlagRoute::Broadcast : FlagRoute::None;
+}
+
+void Communicator::run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes) {
   const char* in = reinterpret_cast<const char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
-  if (planned.name == "shared" && !call.codec.active() && exec_.stream_fits()) {
-    exec_.stream_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
-    return true;
+  switch (route) {
+    case FlagRoute::Barrier:
+      exec_.flag_barrier(desc);
+      return;
+    case FlagRoute::Exchange: {
+      const size_t esize = dtype_size(call.dtype);
+      const auto in_bytes =
+          static_cast<size_t>(Executor::flag_exchange_input_bytes(call.coll, call.count, esize, size_));
+      if (call.op == RedOp::PremulSum && collective_reduces(call.coll)) {  // (reduced as a sum of the scaled inputs)
+        char* scaled = input_copy(in_bytes);
+        scale_copy(scaled, in, in_bytes / esize, call.dtype, call.scale);
+        in = scaled;
+      }
+      exec_.flag_exchange(call.coll, in, in_bytes, out, static_cast<size_t>(call.count) * esize,
+                          static_cast<size_t>(call.count), call.dtype, call.op, desc);
+      if (avg_divides(call, rank_)) divide_inplace(out, static_cast<size_t>(call.count), call.dtype, size_);
+      return;
+    }
+    case FlagRoute::Stream:
+      exec_.stream_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
+      return;
+    case FlagRoute::Broadcast:
+      exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
+      return;
+    case FlagRoute::None:
+      break;
   }
-  if (call.algo != 0 || call.codec.active() || planned.overridden || !exec_.flags_fit(bytes))
-    return false;
-  exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
-  return true;
+  throw std::logic_error("run_flag_call: no flag route");
 }
 
 char* Communicator::input_copy(size_t bytes) {
@@ -123,13 +130,20 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
     throw std::invalid_argument("algorithm: " + algo + " is one-sided (it reads peers' mapped buffers), which the "
                                 "host executor does not run");
 
-  const CallDesc desc = call_desc(call, planned.algo, seq);
+  // A flag exchange or broadcast is described as one ("flags" in its errors, not the schedule it
+  // skipped); every rank routes a call alike, so the descriptions still agree.
+  const FlagRoute route = flag_route(call, planned, static_cast<size_t>(bytes));
+  const bool flags = route == FlagRoute::Exchange || route == FlagRoute::Broadcast;
+  const CallDesc desc = call_desc(call, flags ? kFlagCallAlgorithmCode : planned.algo, seq);
   publish_call(desc);
 
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(desc);
-    if (run_flag_call(call, planned, desc, static_cast<size_t>(bytes))) return;
+    if (route != FlagRoute::None) {
+      run_flag_call(call, route, desc, static_cast<size_t>(bytes));
+      return;
+    }
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
     // The root's output (the largest) stands for every rank's: all ranks must decide alike.
     exec_.begin_call(static_cast<size_t>(planned.root_output) * esize * size_, copy_chunk,

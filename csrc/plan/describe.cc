@@ -33,9 +33,10 @@ std::string describe_call(const CallDesc& d) {
   const unsigned algo = d.algo & ~kDeviceCallAlgoBit;
   if (c != Collective::Send && c != Collective::Barrier && algo) {
     const auto names = algorithm_names(c);
-    s += (algo == kNcclAlgorithmCode ? std::string("nccl")
-          : algo <= names.size()    ? names[algo - 1]
-                                    : code("algorithm", algo)) +
+    s += (algo == kNcclAlgorithmCode       ? std::string("nccl")
+          : algo == kFlagCallAlgorithmCode ? std::string("flags")
+          : algo <= names.size()           ? names[algo - 1]
+                                           : code("algorithm", algo)) +
          ", ";
   }
   s += std::to_string(d.count) + " x " +

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "schedule/registry.h"
 #include "transport/transport.h"
 
 namespace commlib {
@@ -30,5 +31,11 @@ constexpr uint8_t kDeviceCallAlgoBit = 0x80;
 // CollectiveCall::algo / CallDesc::algo of algorithm="nccl": above every registry index (they
 // start at 1), below 0x80 (the high bit may mark device calls in descriptors).
 constexpr uint8_t kNcclAlgorithmCode = 0x7F;
+
+// CallDesc::algo of a host call auto ran through the shared-memory flags (host/lowering.cc
+// flag_route) instead of its schedule: described as "flags".
+constexpr uint8_t kFlagCallAlgorithmCode = 0x7E;
+static_assert(kMaxAlgorithmsPerCollective < kFlagCallAlgorithmCode && kFlagCallAlgorithmCode < kNcclAlgorithmCode,
+              "registry indices stay below the codes of their own");
 
 }  // namespace commlib

@@ -72,6 +72,10 @@ void register_algorithm(AlgorithmSpec spec) {
     if (e.name == spec.name)
       throw std::invalid_argument("name: " + std::string(collective_name(spec.coll)) + " algorithm '" + spec.name +
                                   "' is already registered");
+  if (v.size() >= kMaxAlgorithmsPerCollective)
+    throw std::invalid_argument("name: " + std::string(collective_name(spec.coll)) + " has " + std::to_string(v.size()) +
+                                " algorithms, the most a call's description can number; '" + spec.name +
+                                "' not registered");
   if (spec.traits & kUserDefined) {
     v.push_back(std::move(spec));  // after everything: existing indices never move
   } else {

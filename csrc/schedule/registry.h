@@ -51,8 +51,12 @@ struct AlgorithmSpec {
   std::string summary;  // one line, for listings
 };
 
+// The most algorithms one collective may have: indices above it are codes of their own in a call's
+// description (plan/describe.h: nccl, flags).
+constexpr size_t kMaxAlgorithmsPerCollective = 0x7D;
+
 // Adds an algorithm. std::invalid_argument when the name is taken, is "auto", is not a lower-case
-// identifier, or the collective has no schedules (send/recv). Run-time registrations (traits with
+// identifier, the collective has no schedules (send/recv) or kMaxAlgorithmsPerCollective already. Run-time registrations (traits with
 // kUserDefined) go after every built-in, in registration order.
 void register_algorithm(AlgorithmSpec spec);
 // Removes a run-time (kUserDefined) algorithm. Only the last one registered for `c` may go, so the

@@ -69,24 +69,18 @@ def exchange_matrix(comm):
     return failures.listed(), digests
 
 
-def count_mismatch(comm):
-    """Rank 1 all_reduces 3 elements, the others 2 (both fit the flags): every rank reads every
-    slot, so every rank raises MismatchError naming the call, and nobody hangs."""
-    x = np.ones(3 if comm.rank == 1 else 2, np.float32)
+def disagreeing_counts(comm, collective):
+    """Rank 1 passes another count than the others, every count fitting the flags: all_reduce 3
+    elements against 2, or all_gather 0 against 2 (a rank with nothing to take still reads every
+    slot's description). Every rank reads every slot, so every rank raises MismatchError naming
+    the call, and nobody hangs. Returns "Type: message", or None when the call returned."""
+    n = (3 if collective == "all_reduce" else 0) if comm.rank == 1 else 2
+    x = np.ones(n, np.float32)
     try:
-        comm.all_reduce(x)
-        return None
-    except commlib.CommError as e:
-        return f"{type(e).__name__}: {e}"
-
-
-def zero_count_mismatch(comm):
-    """Rank 1 all_gathers 0 elements, the others 2: a rank with nothing to take still reads every
-    slot's description, so every rank raises MismatchError, rank 1 included."""
-    n = 0 if comm.rank == 1 else 2
-    x, out = np.ones(n, np.float32), np.zeros(n * comm.size, np.float32)
-    try:
-        comm.all_gather(out, x)
+        if collective == "all_reduce":
+            comm.all_reduce(x)
+        else:
+            comm.all_gather(np.zeros(n * comm.size, np.float32), x)
         return None
     except commlib.CommError as e:
         return f"{type(e).__name__}: {e}"

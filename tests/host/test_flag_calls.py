@@ -28,7 +28,7 @@ def test_broadcast_count_mismatch_raises_everywhere():
     try:
         results = pool.run(cases.broadcast_count_mismatch, timeout=60)
         assert all(results), results
-        assert results[1].startswith("MismatchError") and "broadcast" in results[1], results
+        assert results[1].startswith("MismatchError") and "broadcast #" in results[1] and "(flags," in results[1], results
     finally:
         pool.kill()
 

@@ -78,3 +78,19 @@ def test_bench_measures_and_checks_it(pool):
     assert wrong == 0
     assert {(a, b) for a, b, _ in rows} >= {("chain", 8), ("chain", 4096), ("binomial", 8)}
     assert all(w == 0 for _, _, w in rows)
+
+
+def test_a_collective_takes_at_most_the_algorithms_a_call_can_number():
+    # A call's description carries its algorithm as one byte whose top codes name nccl and the
+    # flag calls (csrc/plan/describe.h): the registry refuses the algorithm past them, naming it.
+    added = []
+    try:
+        with pytest.raises(ValueError, match="the most a call's description can number; 'extra_"):
+            for i in range(200):
+                commlib.register_algorithm("gather", f"extra_{i}", ua.chain_broadcast)
+                added.append(f"extra_{i}")
+        assert len(commlib.algorithms("gather")) == 0x7D, len(commlib.algorithms("gather"))
+    finally:
+        for name in reversed(added):
+            commlib.unregister_algorithm("gather", name)
+    assert not any(a.startswith("extra_") for a in commlib.algorithms("gather"))
