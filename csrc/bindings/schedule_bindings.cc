@@ -284,8 +284,8 @@ void bind_schedule(py::module_& m) {
         for (const auto& [size, bytes] : min_bytes) entries[size].min_call_bytes = bytes;
         for (const auto& [size, bytes] : min_message) {
           if (!min_bytes.count(size))
-            throw std::invalid_argument("single_copy: min_message for world size " + std::to_string(size) +
-                                        " without a min_bytes");
+            throw std::invalid_argument("single_copy: " + std::string(collective_name(c)) + " min_message for world size " +
+                                        std::to_string(size) + " without a min_bytes");
           entries[size].min_message = bytes;
         }
         set_single_copy_crossovers(c, std::move(entries));

@@ -44,13 +44,15 @@ SingleCopySetting single_copy_setting() { return parse_single_copy(param_string(
 
 void set_single_copy_crossovers(Collective c, std::map<int, SingleCopyCrossover> entries) {
   for (const auto& [size, x] : entries) {
-    if (size < 1) throw std::invalid_argument("single_copy: world size must be >= 1, got " + std::to_string(size));
+    // (named as the tuning file's loader names them: commlib/core/tuning.py)
+    const std::string where = "single_copy: " + std::string(collective_name(c)) + " world size " + std::to_string(size);
+    if (size < 1) throw std::invalid_argument(where + ": the world size must be >= 1");
     if (x.min_call_bytes < -1)
-      throw std::invalid_argument("single_copy: min_bytes must be -1 (never) or >= 0, got " +
+      throw std::invalid_argument(where + ": min_bytes must be -1 (never) or >= 0, got " +
                                   std::to_string(x.min_call_bytes));
     // 2, as COMMLIB_CMA's: a 1-byte message would need a rendezvous per element of a byte type
     if (x.min_message < 2)
-      throw std::invalid_argument("single_copy: min_message must be >= 2 bytes, got " + std::to_string(x.min_message));
+      throw std::invalid_argument(where + ": min_message must be >= 2 bytes, got " + std::to_string(x.min_message));
   }
   {
     std::lock_guard<std::mutex> lk(g_mu);

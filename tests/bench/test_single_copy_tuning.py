@@ -223,10 +223,15 @@ def test_an_entrys_smallest_message_installs_into_the_core(monkeypatch):
         with pytest.raises(ValueError, match="all_to_all world size 4: min_message"):
             tuning.install({"single_copy": {"all_to_all": {"4": {"min_bytes": 0, "min_message": bad}}}},
                            core=_Recorder())
-    with pytest.raises(ValueError, match="min_message for world size 8 without a min_bytes"):
+    # The core's own checks name the collective and world size as the loader does.
+    with pytest.raises(ValueError, match="all_to_all min_message for world size 8 without a min_bytes"):
         _C.set_single_copy_crossovers(coll, {4: 0}, {8: 1 << 15})
-    with pytest.raises(ValueError, match="min_message must be >= 2"):
+    with pytest.raises(ValueError, match="all_to_all world size 4: min_message must be >= 2"):
         _C.set_single_copy_crossovers(coll, {4: 0}, {4: 1})
+    with pytest.raises(ValueError, match="all_to_all world size 4: min_bytes must be -1"):
+        _C.set_single_copy_crossovers(coll, {4: -2})
+    with pytest.raises(ValueError, match="all_to_all world size 0: the world size must be >= 1"):
+        _C.set_single_copy_crossovers(coll, {0: 0})
 
 
 class _Recorder:
