@@ -162,9 +162,16 @@ def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
     # about twenty), and a pool or queue then grows by one, for good; so
     # the n calls are counted again (at most twice more) while they allocated, and the last count
     # must be 0. A call that allocates on its own (a work made per call: 2n) allocates in every count.
+    # The ranks agree on counting again (any rank allocated, none wrong): a rank that stopped alone
+    # closed the group while its peer ran another count's calls (CI, once).
+    def again(allocated, wrong=False):
+        x = np.array([int(allocated > 0), int(wrong)], np.int64)
+        comm.all_reduce(x, op="max")
+        return bool(x[0]) and not x[1]
+
     for _ in range(3):
         allocs, hits, right, calls = counted()
-        if allocs == 0 or not right:
+        if not again(allocs, not right):
             break
     held.clear()
     # _C_torch's own side (#37: the CudaWork, the held tensors): the same calls in a C++ loop, counted
@@ -174,7 +181,7 @@ def steady_cpp_calls_allocate_nothing(comm, n=200, kept=8):
         torch_allocs, ran = backend._device_collective_steady(n, kept, int(COLLECTIVE["all_gather"]),
                                                               int(DTYPE["float32"]), 7, inp.data_ptr(),
                                                               out.data_ptr(), True, inp.device_index, 0)
-        if torch_allocs == 0:
+        if not again(torch_allocs):
             break
     right = right and bool((out.numpy() == want).all())
     pooled = backend._device_works_pooled()
