@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# Where no GPU is listed, no GPU runs the CUDA module built here: its kernels' PTX is compiled once and
+# assembled for each architecture, each still checked for register spills (COMMLIB_CUDA_ONE_PTX,
+# setup.py): about 40% less nvcc CPU, of a module that was 744 of the 3090 compile-seconds of the
+# whole build on a fresh 2-core machine (session 37). With a GPU listed, each architecture's own PTX,
+# and the newest's kept for newer GPUs; `COMMLIB_CUDA_ONE_PTX= scripts/setup.sh` builds that way
+# anywhere.
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
+  export COMMLIB_CUDA_ONE_PTX=${COMMLIB_CUDA_ONE_PTX-1}
+fi
 if [ ! -x .venv/bin/python ] || ! cmp -s requirements.txt .venv/.requirements; then
   echo "[setup] creating .venv and installing requirements.txt" >&2
   rm -rf .venv

@@ -126,8 +126,25 @@ def config_from_args(a) -> dict:
         # (anything else) to find each collective's crossover (commlib/bench/single_copy_tuning.py).
         # "both" with --single-copy-ab: each record's algorithm names its side (single_copy_ab.py).
         "single_copy": "both" if getattr(a, "single_copy_ab", False) else settings.get("COMMLIB_CMA"),
+        # Under COMMLIB_CMA=auto, the tuning's "single_copy" section the ranks run with: each size then
+        # ran on the side it says, which `commlib tune` needs to keep a record beside an A/B run's
+        # (single_copy_tuning.side_ran).
+        "single_copy_in_force": _single_copy_in_force(a),
         "compress": _compress(a, device, peers),
     }
+
+
+def _single_copy_in_force(a):
+    """The "single_copy" section of the tuning the ranks load ({} for none), when they run under
+    COMMLIB_CMA=auto; None otherwise, or when that tuning cannot be read (the ranks then warn)."""
+    if getattr(a, "single_copy_ab", False) or settings.get("COMMLIB_CMA") != "auto":
+        return None
+    from commlib.core import tuning
+    try:
+        found = tuning.in_force()
+    except (OSError, ValueError):
+        return None
+    return (found[0].get("single_copy") or {}) if found else {}
 
 
 def _compress(a, device, peers):

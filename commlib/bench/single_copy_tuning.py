@@ -15,7 +15,10 @@ machine's noise (session 35's A/B: the 8 MiB all_to_all, 2 MiB messages, single-
 0.61-0.77x the channels). Equal crossovers go to the least time over the sizes every side measured
 (geometric mean), then to the larger smallest message. The algorithm rows
 then come from the runs of the side the entry picks at each size, so auto's algorithm is the one that
-was fastest under the transfer mode the call will use.
+was fastest under the transfer mode the call will use. A run under COMMLIB_CMA=auto (the main job)
+ran each size on the side of the tuning its ranks loaded, which its config keeps
+(``single_copy_in_force``): its records join the side they ran on (:func:`side_ran`); a run that
+predates that record counts as the channels' (its rows below the crossover only).
 """
 from __future__ import annotations
 
@@ -111,6 +114,19 @@ def crossovers(records):
     return {key: start for key, (start, _) in entries(records).items()}
 
 
+def side_ran(record, in_force):
+    """The side a record of a COMMLIB_CMA=auto run ran on, as a run's COMMLIB_CMA would name it ("0":
+    the channels; the smallest single-copy message's bytes, e.g. "65536"), from ``in_force``: the
+    "single_copy" section its run's ranks loaded (config ``single_copy_in_force``). As the core
+    decides (csrc/policy/single_copy.h single_copy_auto_min): single-copy from the entry's
+    ``min_bytes`` of auto's bytes on; no entry, or -1, never."""
+    entry = (in_force.get(record["collective"]) or {}).get(str(record["world_size"]))
+    if not entry or int(entry.get("min_bytes", NEVER)) < 0:
+        return "0"
+    cb = core_bytes(record["collective"], record["bytes"], record["dtype"], record["world_size"])
+    return str(int(entry.get("min_message", DEFAULT_MIN_MESSAGE))) if cb >= int(entry["min_bytes"]) else "0"
+
+
 def choose(records, previous=None):
     """(records for the algorithm rows, the "single_copy" section). Without runs of both kinds the
     records are returned as they are and ``previous``'s section is kept."""
@@ -127,7 +143,8 @@ def choose(records, previous=None):
         start, m = cross[key]
         cb = core_bytes(r["collective"], r["bytes"], r["dtype"], r["world_size"])
         on_side = start != NEVER and cb >= start
-        side = min_message_of(r.get("single_copy"))
+        # (a COMMLIB_CMA=auto run's record by the side it ran on, when its run says: single_copy_ran)
+        side = min_message_of(r.get("single_copy_ran", r.get("single_copy")))
         if (side == m) if on_side else (side is None):
             picked.append(r)
     for (coll, P), (start, m) in cross.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from commlib.bench import single_copy_tuning
 from commlib.perf.tuning_path import SWITCH_COST, TOLERANCE, choose_path, rows  # noqa: F401
 from commlib.bench.tuning_picks import measured_entries, measured_picks  # noqa: F401 (used here and by tests)
 from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
@@ -30,7 +31,12 @@ def from_runs(datas, previous=None):
     for d in datas:
         hosts, per_host = placement_of(d.get("config") or {}, d.get("world_size"))
         single = (d.get("config") or {}).get("single_copy", "")
-        records += [dict(r, hosts=hosts, ranks_per_host=per_host, single_copy=single) for r in d.get("results", [])]
+        in_force = (d.get("config") or {}).get("single_copy_in_force")
+        for r in d.get("results", []):
+            r = dict(r, hosts=hosts, ranks_per_host=per_host, single_copy=single)
+            if in_force is not None and str(single) == "auto" and r.get("backend") == "commlib":
+                r["single_copy_ran"] = single_copy_tuning.side_ran(r, in_force)
+            records.append(r)
         fits.update(d.get("model") or {})
     return from_results(records, fits, previous=previous)
 
@@ -40,7 +46,6 @@ def provenance(datas, table):
     setting ("both": --single-copy-ab, both sides in one job) and its ranks' seconds (every job of
     every pass; None for runs that predate the record), their sum, and where the single-copy section
     came from (these runs, or kept from the previous file because no run measured both sides)."""
-    from commlib.bench import single_copy_tuning
     runs = [{"command": d.get("command", ""), "single_copy": (d.get("config") or {}).get("single_copy", ""),
              "seconds": (d.get("config") or {}).get("elapsed_s")} for d in datas]
     known = [r["seconds"] for r in runs if r["seconds"] is not None]
@@ -155,7 +160,7 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
-    from commlib.bench import device_tuning, single_copy_ab, single_copy_tuning
+    from commlib.bench import device_tuning, single_copy_ab
     records = single_copy_ab.split_records(records)  # --single-copy-ab runs: both sides of one job
     all_records = records
     records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections

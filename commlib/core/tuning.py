@@ -252,6 +252,24 @@ def crossovers(table: dict) -> dict:
     return out
 
 
+def in_force():
+    """(the table :func:`load_default` installs on this machine, :func:`for_machine` applied, and its
+    file), or None when it installs none (COMMLIB_TUNING off, or no shipped file). Raises as
+    load_default does."""
+    path = settings.get("COMMLIB_TUNING")
+    if path.lower() in ("0", "off", "none", "false"):
+        return None
+    if not path:
+        path = default_path()
+        if not os.path.exists(path):
+            return None
+    table = read_strict(path)
+    try:
+        return for_machine(table), path
+    except (ValueError, KeyError, TypeError) as e:
+        raise TuningFileError(f"{path}: {e}") from None
+
+
 def load_default() -> bool:
     """Install $COMMLIB_TUNING, or the shipped file, as it applies on this machine
     (:func:`for_machine`). True if a table was installed.
@@ -261,16 +279,12 @@ def load_default() -> bool:
     invalid, raises OSError / TuningFileError / ValueError naming it (``import commlib`` turns that
     into a warning, so a broken file never breaks the import but is never ignored silently).
     """
-    path = settings.get("COMMLIB_TUNING")
-    if path.lower() in ("0", "off", "none", "false"):
+    found = in_force()
+    if found is None:
         return False
-    if not path:
-        path = default_path()
-        if not os.path.exists(path):
-            return False
-    table = read_strict(path)
+    table, path = found
     try:
-        install(for_machine(table))
+        install(table)
     except (ValueError, KeyError, TypeError) as e:
         raise TuningFileError(f"{path}: {e}") from None
     return True

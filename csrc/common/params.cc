@@ -81,8 +81,8 @@ const std::vector<Param> kParams = {
      "scripts/gpu_check.sh builds for the lent GPU's alone, which halves the build"},
     {"COMMLIB_CUDA_ONE_PTX", "flag", "",
      "build time (setup.py): compile the CUDA kernels' PTX once, for the first of COMMLIB_CUDA_ARCHS, assembled "
-     "for each (every one still checked for spills) and none kept for newer GPUs: CI sets it (.ci/run), where no "
-     "GPU runs the module; about 40% less nvcc time"},
+     "for each (every one still checked for spills) and none kept for newer GPUs: the set-up (scripts/setup.sh) "
+     "sets it where no GPU is listed, no GPU then running the module; about 40% less nvcc time"},
     {"COMMLIB_UNITY_BINDINGS", "flag", "",
      "build time (setup.py): compile the core's pybind11 files (csrc/bindings) as four files that include them "
      "and the torch backend's (csrc/torch_backend) as three, not one object each: pybind11's headers cost each "

@@ -62,16 +62,21 @@ char* Communicator::scratch(size_t bytes) {
 // COMMLIB_ALGO_<COLLECTIVE> named runs as named), so every rank decides alike from the call. The
 // "shared" broadcast, however chosen, runs through the root's stream the same way (its schedule,
 // direct's messages, only off one host).
-Communicator::FlagRoute Communicator::flag_route(const CollectiveCall& call, const ResolvedPlan& planned,
-                                                  size_t bytes) const {
+Communicator::FlagRoute Communicator::flag_route(const CollectiveCall& call, const ResolvedPlan& planned) const {
   const bool auto_chose = call.algo == 0 && !call.codec.active() && !planned.overridden;
-  if (call.coll == Collective::Barrier) return auto_chose && exec_.flags_fit(0) ? FlagRoute::Barrier : FlagRoute::None;
-  const int64_t in_bytes = Executor::flag_exchange_input_bytes(call.coll, call.count, dtype_size(call.dtype), size_);
+  return flag_route(call.coll, call.count, dtype_size(call.dtype), auto_chose,
+                    planned.name == "shared" && !call.codec.active());
+}
+
+Communicator::FlagRoute Communicator::flag_route(Collective coll, int64_t count, size_t esize, bool auto_chose,
+                                                  bool shared_unencoded) const {
+  if (coll == Collective::Barrier) return auto_chose && exec_.flags_fit(0) ? FlagRoute::Barrier : FlagRoute::None;
+  const int64_t in_bytes = Executor::flag_exchange_input_bytes(coll, count, esize, size_);
   if (in_bytes >= 0)
     return auto_chose && exec_.flags_fit(static_cast<size_t>(in_bytes)) ? FlagRoute::Exchange : FlagRoute::None;
-  if (call.coll != Collective::Broadcast) return FlagRoute::None;
-  if (planned.name == "shared" && !call.codec.active() && exec_.stream_fits()) return FlagRoute::Stream;
-  return auto_chose && exec_.flags_fit(bytes) ? FlagRoute::Broadcast : FlagRoute::None;
+  if (coll != Collective::Broadcast) return FlagRoute::None;
+  if (shared_unencoded && exec_.stream_fits()) return FlagRoute::Stream;
+  return auto_chose && exec_.flags_fit(static_cast<size_t>(count) * esize) ? FlagRoute::Broadcast : FlagRoute::None;
 }
 
 void Communicator::run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes) {
@@ -132,7 +137,7 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
 
   // A flag exchange or broadcast is described as one ("flags" in its errors, not the schedule it
   // skipped); every rank routes a call alike, so the descriptions still agree.
-  const FlagRoute route = flag_route(call, planned, static_cast<size_t>(bytes));
+  const FlagRoute route = flag_route(call, planned);
   const bool flags = route == FlagRoute::Exchange || route == FlagRoute::Broadcast;
   const CallDesc desc = call_desc(call, flags ? kFlagCallAlgorithmCode : planned.algo, seq);
   publish_call(desc);

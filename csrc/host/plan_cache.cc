@@ -20,13 +20,14 @@ std::string Communicator::auto_choice(Collective coll, int64_t bytes, int elem_b
 }
 
 bool Communicator::auto_runs_flag_call(Collective coll, int64_t bytes) const {
-  const int64_t exchange = Executor::flag_exchange_input_bytes(coll, bytes, 1, size_);  // (bytes: count x 1)
-  if (coll != Collective::Broadcast && coll != Collective::Barrier && exchange < 0) return false;
+  // As a call of `bytes` single-byte elements with no algorithm named routes (lowering.cc flag_route).
+  // A "shared" broadcast that goes through the root's stream is no flag call.
+  if (coll != Collective::Broadcast && coll != Collective::Barrier &&
+      Executor::flag_exchange_input_bytes(coll, bytes, 1, size_) < 0)
+    return false;  // (only the schedule: nothing to resolve)
   const AlgorithmChoice c = resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0);
-  if (exchange >= 0) return c.source != "override" && exec_.flags_fit(static_cast<size_t>(exchange));
-  // A "shared" broadcast goes through the root's stream, not the flags (lowering.cc run_flag_call).
-  return c.source != "override" && c.algorithm != "shared" &&
-         exec_.flags_fit(coll == Collective::Barrier ? 0 : static_cast<size_t>(bytes));
+  const FlagRoute route = flag_route(coll, bytes, 1, c.source != "override", c.algorithm == "shared");
+  return route != FlagRoute::None && route != FlagRoute::Stream;
 }
 
 void Communicator::set_cost_model(const sim::Topology& model) {

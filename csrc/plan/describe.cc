@@ -8,6 +8,10 @@
 
 namespace commlib {
 
+// A registry index must never read as one of the codes of their own (nccl, flags).
+static_assert(kMaxAlgorithmsPerCollective < kFlagCallAlgorithmCode && kFlagCallAlgorithmCode < kNcclAlgorithmCode,
+              "registry indices stay below the codes of their own");
+
 namespace {
 
 constexpr uint8_t kCollectives = static_cast<uint8_t>(Collective::kCount);

@@ -56,8 +56,9 @@ struct AlgorithmSpec {
 constexpr size_t kMaxAlgorithmsPerCollective = 0x7D;
 
 // Adds an algorithm. std::invalid_argument when the name is taken, is "auto", is not a lower-case
-// identifier, the collective has no schedules (send/recv) or kMaxAlgorithmsPerCollective already. Run-time registrations (traits with
-// kUserDefined) go after every built-in, in registration order.
+// identifier, the collective has no schedules (send/recv) or has kMaxAlgorithmsPerCollective
+// already. Run-time registrations (traits with kUserDefined) go after every built-in, in
+// registration order.
 void register_algorithm(AlgorithmSpec spec);
 // Removes a run-time (kUserDefined) algorithm. Only the last one registered for `c` may go, so the
 // index of every remaining algorithm stays what the peers know it as.

@@ -173,6 +173,71 @@ def test_a_run_under_the_crossover_in_force_is_neither_side(tmp_path):
     assert single_copy_tuning.crossovers(records) == {("all_to_all", 4): one_mib}
 
 
+def _main_job_run(in_force, fast_from=1 << 20):
+    """A main-job run (COMMLIB_CMA=auto, its ranks' "single_copy" section ``in_force`` in its config)
+    where pairwise all_to_all is 100x faster than every other series from ``fast_from`` bytes."""
+    run = copy.deepcopy(_runs()[1])
+    run["config"]["single_copy"] = "auto"
+    run["config"]["single_copy_in_force"] = in_force
+    for r in run["results"]:
+        if r["backend"] == "commlib" and r["algorithm"] == "pairwise" and r["bytes"] >= fast_from:
+            r["time_us"]["median"] /= 100
+    return run
+
+
+def test_a_main_job_run_joins_the_side_its_tuning_ran_each_size_on(tmp_path):
+    # main-job runs mixed with runs of both sides: above the measured crossover (1 MiB), the rows come
+    # from the single-copy side, and a main-job run whose tuning sent those sizes single-copy is of
+    # that side (its pairwise, 100x faster, must decide them); one whose tuning said "never" ran them
+    # on the channels and is not (the on run's bruck decides). Before the run kept its tuning's
+    # section, every main-job record above a crossover was dropped.
+    from commlib import cli
+    from commlib.bench import single_copy_tuning
+    one_mib = C.core_bytes("all_to_all", C.geometry("all_to_all", 1 << 20, "float32", 4)[2], "float32", 4)
+    big = C.core_bytes("all_to_all", C.geometry("all_to_all", 16 << 20, "float32", 4)[2], "float32", 4)
+    on_from_1m = {"all_to_all": {"4": {"min_bytes": one_mib}}}
+    for in_force, expected in ((on_from_1m, "pairwise"), ({}, "bruck"),
+                               ({"all_to_all": {"4": {"min_bytes": -1}}}, "bruck"),
+                               ({"all_to_all": {"4": {"min_bytes": one_mib, "min_message": 4096}}}, "bruck")):
+        paths = _write_runs(tmp_path)
+        for i in range(2):  # two of them: the median over the runs is theirs
+            paths.append(str(tmp_path / f"main{i}.json"))
+            with open(paths[-1], "w") as f:
+                json.dump(_main_job_run(in_force), f)
+        out = str(tmp_path / "tuning.json")
+        if os.path.exists(out):
+            os.remove(out)
+        assert cli.main(["tune", *paths, "-o", out]) == 0
+        table = tuning.read(out)
+        assert table["single_copy"] == {"all_to_all": {"4": {"min_bytes": one_mib}}}, in_force
+        # (the last: single-copy from 4 KiB messages, a side other than COMMLIB_CMA=1's 64 KiB one)
+        assert tuning.choose(table, "all_to_all", big, 4) == expected, in_force
+    rec = {"collective": "all_to_all", "world_size": 4, "bytes": 16 << 20, "dtype": "float32"}
+    assert single_copy_tuning.side_ran(rec, on_from_1m) == "65536"
+    assert single_copy_tuning.side_ran(dict(rec, bytes=4096), on_from_1m) == "0"
+    assert single_copy_tuning.side_ran(dict(rec, world_size=3), on_from_1m) == "0"
+
+
+def test_the_main_job_records_the_single_copy_section_its_ranks_load(tmp_path, monkeypatch):
+    from commlib.bench import arguments
+    from commlib.core import tuning as core_tuning
+    section = {"all_to_all": {"4": {"min_bytes": 12345, "min_message": 4096}}}
+    path = str(tmp_path / "t.json")
+    core_tuning.write(path, {"collectives": {}, "single_copy": section})
+    ns = type("A", (), {})()
+    monkeypatch.setenv("COMMLIB_TUNING", path)
+    monkeypatch.setenv("COMMLIB_CMA", "auto")
+    assert arguments._single_copy_in_force(ns) == section
+    monkeypatch.setenv("COMMLIB_TUNING", "0")
+    assert arguments._single_copy_in_force(ns) == {}  # no table: no entry, the channels everywhere
+    monkeypatch.setenv("COMMLIB_TUNING", path)
+    monkeypatch.setenv("COMMLIB_CMA", "1")
+    assert arguments._single_copy_in_force(ns) is None  # not auto: the run's COMMLIB_CMA says its side
+    ns.single_copy_ab = True
+    monkeypatch.setenv("COMMLIB_CMA", "auto")
+    assert arguments._single_copy_in_force(ns) is None
+
+
 def _three_sides(gain_32k: float):
     """_runs()'s off and on (COMMLIB_CMA=1) runs and a third, COMMLIB_CMA=32K: single-copy from 32 KiB
     messages, its times the on run's but for the 4 KiB size, where it beats the channels' best by
