@@ -64,7 +64,7 @@ def broadcast_rotating_roots(comm, calls=100):
     wrong = []
     for i in range(calls):
         root = i % P
-        n = 1 + (i * 37) % 1024  # 4 B .. 4 KiB of float32: every size the flags take
+        n = 1 + (i * 37) % 2048  # 4 B .. 8 KiB of float32: every size the flags take
         want = np.arange(n, dtype=np.float32) + 1000 * i
         x = want.copy() if r == root else np.full(n, -1, np.float32)
         comm.broadcast(x, root=root)
@@ -82,12 +82,12 @@ def broadcast_rotating_roots(comm, calls=100):
         comm.broadcast(x, root=0)
         if not np.array_equal(x, want):
             wrong.append(f"run-ahead call {i}: rank {r} got {x.tolist()}")
-    # What the bench reports auto ran: the flags up to 4 KiB and for barrier, the schedule above.
+    # What the bench reports auto ran: the flags up to 8 KiB and for barrier, the schedule above.
     from commlib.bench.backends import CommlibBackend
     from commlib.core.call_spec import COLLECTIVE
     runs = {(c, n): comm._core.auto_runs_flag_call(COLLECTIVE[c], n)
-            for c, n in (("broadcast", 4096), ("broadcast", 4097), ("barrier", 0), ("all_reduce", 8), ("reduce", 8))}
-    if runs != {("broadcast", 4096): True, ("broadcast", 4097): False, ("barrier", 0): True,
+            for c, n in (("broadcast", 8192), ("broadcast", 8193), ("barrier", 0), ("all_reduce", 8), ("reduce", 8))}
+    if runs != {("broadcast", 8192): True, ("broadcast", 8193): False, ("barrier", 0): True,
                 ("all_reduce", 8): True, ("reduce", 8): False}:  # (all_reduce: flag_exchange_cases.py)
         wrong.append(f"auto_runs_flag_call: {runs}")
     label = CommlibBackend(comm).resolve("broadcast", "auto", 8, "float32")

@@ -17,7 +17,7 @@ from collective_cases import Failures, HostBuffers, run_moving, run_reducing
 from collective_reference import DTYPES, ITEM_BYTES, ops_for, raw, report
 from commlib.testing.faults import survivor_outcome
 
-SLOT_BYTES = 4096  # csrc/transport/shm/shm_layout.h kFlagSlotBytes
+SLOT_BYTES = 8192  # csrc/transport/shm/shm_layout.h kFlagSlotBytes
 EXCHANGES = ("all_gather", "all_to_all", "all_reduce", "reduce_scatter")
 
 

@@ -18,8 +18,11 @@ namespace shm_layout {
 // With 4 slots a root ran at most 4 calls ahead, so with more ranks than cores about one call in
 // six of every rank waited for a peer to be scheduled (a median of 0.9-1.4 us per 8-byte broadcast
 // at 4 ranks on 2 cores, against 0.6 us for Open MPI, whose shared-memory queues hold many
-// messages); 32 make that wait rare (docs/transports.md "Flag calls"). 132 KiB per rank.
-constexpr size_t kFlagSlotBytes = 4096;
+// messages); 32 make that wait rare (docs/transports.md "Flag calls"). 8 KiB a slot since session
+// 38: auto's exchanges of 4-8 KiB inputs (all_reduce, all_to_all and reduce_scatter 8 KiB, all_gather
+// 32 KiB at 4 ranks) then take the flags too, 0.71-0.95x the best schedule's time where they had run
+// at 0.95-1.42x it (bench/RESULTS_collectives.md, session 38). 260 KiB per rank.
+constexpr size_t kFlagSlotBytes = 8192;
 constexpr int kFlagSlots = 32;
 inline constexpr uint64_t kMagic = 0x636f6d6d6c696230ULL;  // "commlib0"
 constexpr size_t kLine = 64;
