@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 
+from commlib.core import tuning
 from commlib.perf.common import core_bytes, parse_size
 
 NEVER = -1
@@ -120,11 +121,12 @@ def side_ran(record, in_force):
     "single_copy" section its run's ranks loaded (config ``single_copy_in_force``). As the core
     decides (csrc/policy/single_copy.h single_copy_auto_min): single-copy from the entry's
     ``min_bytes`` of auto's bytes on; no entry, or -1, never."""
-    entry = (in_force.get(record["collective"]) or {}).get(str(record["world_size"]))
-    if not entry or int(entry.get("min_bytes", NEVER)) < 0:
+    coll, P = record["collective"], int(record["world_size"])
+    table = {"single_copy": in_force}
+    start = tuning.single_copy_crossovers(table).get(coll, {}).get(P, NEVER)
+    if start < 0 or core_bytes(coll, record["bytes"], record["dtype"], P) < start:
         return "0"
-    cb = core_bytes(record["collective"], record["bytes"], record["dtype"], record["world_size"])
-    return str(int(entry.get("min_message", DEFAULT_MIN_MESSAGE))) if cb >= int(entry["min_bytes"]) else "0"
+    return str(tuning.single_copy_min_messages(table).get(coll, {}).get(P, DEFAULT_MIN_MESSAGE))
 
 
 def choose(records, previous=None):

@@ -103,25 +103,37 @@ def main(args) -> int:
     return 0
 
 
-def machine_section(datas) -> dict:
-    """A ``"machines"`` section (commlib.core.tuning.for_machine) from bench runs of one machine class:
-    the entries measured by these runs only (no model rows, nothing kept from another file), their
-    single-copy crossovers when the runs measured both sides, the runs' machine and provenance."""
-    import time
+def _machine_class(datas) -> dict:
+    """{"cpu", "cores"} of runs that must all come from one machine class."""
     machines = {(d.get("machine") or {}).get("cpu") for d in datas}
     cores = {(d.get("machine") or {}).get("cores") for d in datas}
     if len(machines) != 1 or len(cores) != 1 or None in machines or None in cores:
         raise SystemExit(f"commlib tune --machine-section: the runs must come from one machine class "
                          f"(cpu {sorted(map(str, machines))}, cores {sorted(map(str, cores))})")
-    table = from_runs(datas)
+    return {"cpu": machines.pop(), "cores": int(cores.pop())}
+
+
+def machine_section(datas, replaced=None) -> dict:
+    """A ``"machines"`` section (commlib.core.tuning.for_machine) from bench runs of one machine class:
+    the entries measured by these runs only (no model rows), their single-copy crossovers when the
+    runs measured both sides, else those of ``replaced`` (the section this one replaces: main-job runs
+    alone measure one side per size, and dropping the crossovers would move the class's large calls
+    back to the channels), the runs' machine and provenance."""
+    import time
+    machine = _machine_class(datas)
+    kept = (replaced or {}).get("single_copy")
+    table = from_runs(datas, previous={"single_copy": kept} if kept else None)
     colls = {c: {P: e for P, e in per.items() if e.get("source") == "measured"}
              for c, per in table.get("collectives", {}).items()}
-    section = {"machine": {"cpu": machines.pop(), "cores": int(cores.pop())},
+    section = {"machine": machine,
                "collectives": {c: per for c, per in colls.items() if per},
                "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     prov = provenance(datas, table)
-    if prov["single_copy"] == "measured by these runs":
+    if table.get("single_copy"):  # measured by these runs, or kept
         section["single_copy"] = table["single_copy"]
+    if prov["single_copy"] != "measured by these runs" and kept:
+        prov["single_copy"] = ("kept from the section this one replaced (no run measured single-copy "
+                               "reads both off and on: commlib bench --single-copy-ab)")
     section["provenance"] = prov
     return section
 
@@ -131,9 +143,11 @@ def write_machine_section(path, datas) -> int:
     replaced (or added); its top level and other machines' sections as they were."""
     import json
     from commlib.core.tuning import for_machine, read_strict
-    section = machine_section(datas)
+    machine = _machine_class(datas)
     table = read_strict(path)
-    for_machine(table, section["machine"])  # checks the existing sections
+    for_machine(table, machine)  # checks the existing sections
+    old = [s for s in table.get("machines", []) if s["machine"] == machine]
+    section = machine_section(datas, replaced=old[0] if old else None)
     others = [s for s in table.get("machines", []) if s["machine"] != section["machine"]]
     table["machines"] = others + [section]
     tmp = path + ".tmp"
@@ -144,7 +158,8 @@ def write_machine_section(path, datas) -> int:
     m = section["machine"]
     print(f"# {path}: section for {m['cpu']} ({m['cores']} cores): "
           + ", ".join(f"{c} P={','.join(sorted(per))}" for c, per in sorted(section["collectives"].items()))
-          + ("; single-copy crossovers measured" if "single_copy" in section else ""))
+          + ("" if "single_copy" not in section else "; single-copy crossovers " + (
+              "measured" if section["provenance"]["single_copy"] == "measured by these runs" else "kept")))
     return 0
 
 
