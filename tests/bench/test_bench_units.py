@@ -324,6 +324,21 @@ def test_cli_parses_the_readme_command():
     assert r.files == ["a.json", "b.json"] and r.output == "rep"
 
 
+def test_mode_out_refuses_a_named_broadcast_and_leaves_it_out_of_all(capsys):
+    # commlib's broadcast runs in place only: `commlib bench broadcast --mode out` once timed nothing
+    # and wrote an empty report without a word.
+    from commlib.bench.launcher import config_from_args
+    from commlib.cli import parser
+    with pytest.raises(SystemExit, match="--mode out: broadcast runs in place only"):
+        config_from_args(parser().parse_args(["bench", "all_reduce", "broadcast", "--mode", "out"]))
+    for args in (["all"], []):
+        cfg = config_from_args(parser().parse_args(["bench", *args, "--mode", "out"]))
+        assert "broadcast" not in cfg["collectives"] and "all_reduce" in cfg["collectives"]
+        assert "broadcast left out" in capsys.readouterr().err
+    cfg = config_from_args(parser().parse_args(["bench", "broadcast", "--mode", "in"]))
+    assert cfg["collectives"] == ["broadcast"] and cfg["modes"] == ["in"]
+
+
 def test_tuning_from_a_multi_host_run_says_its_hosts(tmp_path):
     # A --hosts 2 run's entry carries its host count and placement, so the cost model (which defers
     # only to rows of the communicator's host count) uses its rows on 2 hosts and not on 1 or 4.

@@ -13,9 +13,10 @@ import commlib
 from commlib.testing.faults import arm_death, survivor_outcome
 
 # Counts (float32) around the stream's edges under COMMLIB_SHM_BCAST_BYTES=256 (four lines): empty,
-# one element, a partial line, a whole line, odd counts that wrap the ring 15 and 64 times (the
-# matrix's ~1M-element calls cross the 64 KiB pieces of the default stream).
-COUNTS = [0, 1, 13, 16, 1001, 4099]
+# one element, a partial line, a whole line, calls over half the ring (header and data 3 and 4 lines:
+# they start at the ring's beginning, flag_calls.cc stream_start), odd counts that wrap the ring 15
+# and 64 times (the matrix's ~1M-element calls cross the 64 KiB pieces of the default stream).
+COUNTS = [0, 1, 13, 16, 17, 48, 1001, 4099]
 
 
 def with_stream_bytes(comm, stream_bytes):
