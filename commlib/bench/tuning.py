@@ -12,6 +12,7 @@ import os
 
 from commlib.bench import single_copy_tuning
 from commlib.perf.tuning_path import SWITCH_COST, TOLERANCE, choose_path, rows  # noqa: F401
+from commlib.bench import tuning_picks
 from commlib.bench.tuning_picks import measured_entries, measured_picks  # noqa: F401 (used here and by tests)
 from commlib.core.tuning import (SCHEMA, choose, default_path, install, load_default, read,  # noqa: F401
                             rows_for, write)  # (re-exported: the bench and its tests use them here)
@@ -190,6 +191,7 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     for r in records:
         h = int(r.get("hosts", hosts))
         where.setdefault(h, ([], r.get("ranks_per_host", ranks_per_host)))[0].append(r)
+    flags = tuning_picks.flag_sizes(records)
     picks, placed = {}, {}
     for h in sorted(where):  # more hosts last: they replace fewer hosts' picks of the same world size
         for key, series in measured_picks(where[h][0]).items():
@@ -197,7 +199,7 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     for (coll, P), series in sorted(picks.items()):
         if not series:
             continue
-        best = choose_path([t for _, _, t in series])
+        best = tuning_picks.choose_picks(series, {b for c, q, b in flags if (c, q) == (coll, P)})
         entry = colls.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
             "rows": rows([cb for _, cb, _ in series], best)}

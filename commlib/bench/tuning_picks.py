@@ -28,6 +28,33 @@ def measured_picks(records):
     return out
 
 
+def flag_sizes(records):
+    """{(collective, P, bench bytes)} where every auto record ran the flags (``resolved`` "flags":
+    host/lowering.cc flag_route, ahead of the table)."""
+    seen = {}
+    for r in records:
+        if r["backend"] == "commlib" and r["algorithm"] == "auto":
+            key = (r["collective"], r["world_size"], r["bytes"])
+            seen[key] = seen.get(key, True) and r.get("resolved") == "flags"
+    return {k for k, every in seen.items() if every}
+
+
+def choose_picks(series, flagged=()):
+    """One algorithm per size of ``series`` (measured_picks'), by choose_path. The sizes whose bench
+    bytes are in ``flagged`` (the smallest ones: auto ran the flags there) get a path of their own:
+    their rows are read only where the flags cannot run (ranks on several hosts, a codec), so they
+    must not steer the sizes the table decides. One path over both kept all_to_all on "direct" from
+    16 B on the Intel Xeon VMs, its switch cost outweighing pairwise's lead at 32 KiB, the first size
+    the table decides there (8-15% in twelve runs of twelve)."""
+    times = [t for _, _, t in series]
+    k = 0
+    while k < len(series) and series[k][0] in flagged:
+        k += 1
+    if k == 0 or k == len(series):
+        return choose_path(times)
+    return choose_path(times[:k]) + choose_path(times[k:])
+
+
 def _median(xs):
     xs = sorted(xs)
     m = len(xs) // 2
@@ -44,7 +71,8 @@ def measured_entries(records, previous_section):
     for (coll, P), series in sorted(measured_picks(records).items()):
         if not series:
             continue
-        best = choose_path([t for _, _, t in series])
+        flagged = {b for c, q, b in flag_sizes(records) if (c, q) == (coll, P)}
+        best = choose_picks(series, flagged)
         section.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["collective"] == coll),
             "rows": rows([cb for _, cb, _ in series], best)}
