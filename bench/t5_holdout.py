@@ -2,7 +2,7 @@
 noise, from several runs of the main job (``scripts/bench.sh``'s report/bench.json, one world size):
 
     python bench/t5_holdout.py run1.json run2.json ... [--ranks 4] [--table commlib/core/tuning.json]
-                               [--pass-statistic min|median|max]
+                               [--pass-statistic min|median|max] [--n 1,5] [--max-subsets 20]
 
 Prints, per held-out run, the misses of
 - ``auto``: auto's own row (T5 as bench/targets.py counts it);
@@ -14,6 +14,11 @@ Prints, per held-out run, the misses of
 and how often auto's own row and its algorithm's own row, two measurements of one algorithm in one
 run, differ by more than 10% (the noise of a single row). A miss: > 10% over the run's best, and
 not the best algorithm itself (T5's rule). Auto's flag calls (small broadcasts) count as picked.
+
+Every choice of n other runs is a table tuned (seconds each on the main job's runs): over twelve runs
+that is 2^11 tables per judged run. ``--n`` (a comma list) limits the columns to those n, ``--max-subsets``
+to that many choices per n and judged run, drawn alike on every call (seeded); ``--n 11`` over twelve
+runs is leave-one-out.
 
 ``--pass-statistic`` re-merges every row from its passes' medians (``pass_medians_us``) with that
 statistic before judging (the runs' own: ``commlib bench --pass-statistic``, default min): which
@@ -27,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,6 +104,8 @@ def main(argv=None):
     p.add_argument("--table", default=core_tuning.default_path())
     p.add_argument("--pass-statistic", choices=sorted(PASS_STATISTICS),
                    help="re-merge each row from its passes' medians with this statistic first")
+    p.add_argument("--n", help="comma list of the numbers of runs to tune from (default every one)")
+    p.add_argument("--max-subsets", type=int, help="at most this many choices of the runs per n and judged run")
     a = p.parse_args(argv)
     datas = [json.load(open(x)) for x in a.runs]
     if a.pass_statistic:
@@ -106,26 +114,36 @@ def main(argv=None):
     table = core_tuning.read(a.table)
     if table is not None:  # the table as it applies on the runs' machine class (its "machines" section)
         table = core_tuning.for_machine(table, (json.load(open(a.runs[0])).get("machine") or None))
+    ns = list(range(1, len(datas)))
+    if a.n:
+        ns = sorted({int(x) for x in a.n.split(",") if x})
+        if not ns or ns[0] < 1 or ns[-1] >= len(datas):
+            raise SystemExit(f"t5_holdout: --n {a.n}: each must be 1..{len(datas) - 1} (the other runs)")
+    if a.max_subsets is not None and a.max_subsets < 1:
+        raise SystemExit(f"t5_holdout: --max-subsets {a.max_subsets}: must be 1 or more")
     tuned = {}  # (n, held-out run) -> mean misses over the tables tuned from n other runs
-    for n in range(1, len(datas)):
+    for n in ns:
         for h in range(len(datas)):
+            subs = list(itertools.combinations([j for j in range(len(datas)) if j != h], n))
+            if a.max_subsets is not None and len(subs) > a.max_subsets:
+                subs = random.Random(f"{n}/{h}").sample(subs, a.max_subsets)
             ms = [table_misses(tuning.from_runs([datas[j] for j in sub], previous=copy.deepcopy(table)), rows[h], a.ranks)
-                  for sub in itertools.combinations([j for j in range(len(datas)) if j != h], n)]
+                  for sub in subs]
             tuned[n, h] = sum(ms) / len(ms)
     top = ceiling(rows)
-    head = ["run", "points", "auto", "table"] + [f"tuned from {n}" for n in range(1, len(datas))] + ["ceiling", "row noise"]
+    head = ["run", "points", "auto", "table"] + [f"tuned from {n}" for n in ns] + ["ceiling", "row noise"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for h, path in enumerate(a.runs):
         auto = sum(1 for r in rows[h].values() if r["auto_us"] and r["auto_us"] > 1.10 * r["best_us"]
                    and r["auto_resolved"] != r["best"])
         cells = [os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path), len(rows[h]), auto,
-                 table_misses(table, rows[h], a.ranks)] + [f"{tuned[n, h]:.1f}" for n in range(1, len(datas))] + \
+                 table_misses(table, rows[h], a.ranks)] + [f"{tuned[n, h]:.1f}" for n in ns] + \
                 [top[h], row_noise(rows[h])]
         print("| " + " | ".join(str(c) for c in cells) + " |")
-    means = [sum(tuned[n, h] for h in range(len(datas))) / len(datas) for n in range(1, len(datas))]
+    means = [sum(tuned[n, h] for h in range(len(datas))) / len(datas) for n in ns]
     print("\nmean held-out misses of a table tuned from n runs: " +
-          ", ".join(f"n={n}: {m:.2f}" for n, m in enumerate(means, 1)) +
+          ", ".join(f"n={n}: {m:.2f}" for n, m in zip(ns, means)) +
           f"; ceiling {sum(top) / len(top):.2f} (at most 3 in {sum(t <= 3 for t in top)} of {len(top)} runs)")
     return 0
 

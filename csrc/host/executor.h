@@ -269,7 +269,7 @@ class Executor {
   std::vector<uint64_t> flag_writes_;     // per root: its flag broadcasts so far (its next slot: this mod slots)
   std::vector<uint64_t> flag_slot_call_;  // per slot of this rank: the counter every peer must pass before it is written again
   uint64_t flag_readers_done_ = 0;        // the lowest flag call every peer had completed, last looked at
-  std::vector<uint64_t> stream_pos_;      // per root: where its next broadcast starts in its stream
+  std::vector<uint64_t> stream_pos_;      // per root: where its last broadcast ended in its stream (flag_calls.cc stream_start)
   uint64_t stream_low_ = 0;               // the lowest position every reader had consumed of this rank's stream
   RingStores ring_stores_;                // plain or non-temporal stores into this rank's stream
   std::vector<RingStores> chunk_stores_;  // per peer: plain or non-temporal stores into its channel

@@ -39,7 +39,7 @@ static_assert(sizeof(StreamHeader) <= kStreamLine, "the header is one line");
 // call takes more than half the ring (two of them never fit side by side, so the root gains little
 // by writing the next beside this one), when it starts at the ring's beginning instead. Each call
 // then reuses the same lines: on the 2-core Intel Xeon VMs a 2 MiB broadcast in the 4 MiB ring of 4
-// ranks took 462 us against 530-570 while its calls took turns at the ring's two halves, its lines
+// ranks took 425-462 us against 490-570 while its calls took turns at the ring's two halves, its lines
 // no longer staying in cache (bench/RESULTS_collectives.md, session 39). Smaller calls keep running
 // ahead of their readers, up to a ring (256 KiB: 13 us a call, 35 when each started at the ring's
 // beginning). Every rank computes it alike from the same positions.

@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -46,3 +48,25 @@ def test_the_statistic_decides_autos_misses(tmp_path, capsys):
         lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| ") and "run0.json" in x]
         autos[s] = int(lines[0].split("|")[3])
     assert autos == {"min": 0, "max": 1}
+
+
+def test_n_and_max_subsets_limit_the_tables_tuned(tmp_path, capsys, monkeypatch):
+    # every choice of n other runs is a table tuned (seconds each on real runs): --n picks the columns,
+    # --max-subsets caps the choices per n and judged run
+    d = synth.data(P=4, sizes=(8, 4096), collectives=("all_reduce",))
+    paths = []
+    for i in range(5):
+        paths.append(str(tmp_path / f"run{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(d, f)
+    calls = []
+    real = t5_holdout.tuning.from_runs
+    monkeypatch.setattr(t5_holdout.tuning, "from_runs", lambda datas, **kw: calls.append(len(datas)) or real(datas, **kw))
+    assert t5_holdout.main(paths + ["--n", "2,4", "--max-subsets", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned from 2 | tuned from 4 |" in out and "tuned from 1 " not in out and "tuned from 3" not in out
+    assert sorted(set(calls)) == [2, 4] and calls.count(2) == 5 * 3 and calls.count(4) == 5 * 1  # C(4,4) = 1
+    assert "n=2: " in out and "n=4: " in out
+    for bad in (["--n", "5"], ["--n", "0"], ["--max-subsets", "0"]):
+        with pytest.raises(SystemExit, match=f"t5_holdout: {bad[0]}"):
+            t5_holdout.main(paths + bad)
