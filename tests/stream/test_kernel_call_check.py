@@ -208,7 +208,9 @@ def test_a_device_broadcast_never_takes_the_host_only_shared_rows(pool):
     """The shipped tuning table's host rows send a 4-rank broadcast above 64 KiB to "shared" (the
     host engine's one write into shared memory: kHostOnly in the registry); a device broadcast of
     1 MiB resolves to the device's own choice instead (the built-in heuristic: scatter_allgather),
-    on the kernel path and the copy path, and runs it; below the rows' bound host and device agree."""
+    on the kernel path and the copy path, and runs it. At 4 KiB host and device agree unless the
+    machine's host rows say "shared" there too (the Intel Xeon section does, from 8 B), when the
+    device again takes its own choice."""
     counts = (1024, 1 << 18)  # 4 KiB, 1 MiB of float32
     for path in ("auto", "copy"):
         for rank_out in pool(4, env=DELAY_ENV).run(broadcast_auto, {"COMMLIB_DEVICE_PATH": path}, counts, timeout=60):
@@ -217,7 +219,8 @@ def test_a_device_broadcast_never_takes_the_host_only_shared_rows(pool):
             assert host_l == "shared", rank_out  # the shipped table's host row (else this test proves nothing)
             assert dev_l == ran_l == "scatter_allgather", rank_out
             assert path_l == ("kernel" if path == "auto" else "copy"), rank_out
-            assert dev_s == ran_s == host_s != "shared", rank_out
+            assert dev_s == ran_s != "shared", rank_out
+            assert host_s == "shared" or dev_s == host_s, rank_out
 
 
 # Rows measured on the kernel path for 3 ranks (and host rows that say otherwise): the kernel
