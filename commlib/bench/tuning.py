@@ -199,7 +199,7 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     for (coll, P), series in sorted(picks.items()):
         if not series:
             continue
-        best = tuning_picks.choose_picks(series, {b for c, q, b in flags if (c, q) == (coll, P)})
+        best = tuning_picks.choose_picks(series, tuning_picks.flagged_at(flags, coll, P))
         entry = colls.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
             "rows": rows([cb for _, cb, _ in series], best)}

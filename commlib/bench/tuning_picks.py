@@ -39,6 +39,11 @@ def flag_sizes(records):
     return {k for k, every in seen.items() if every}
 
 
+def flagged_at(flags, collective, P):
+    """The bench bytes of ``flags`` (flag_sizes') at one (collective, world size)."""
+    return {b for c, q, b in flags if (c, q) == (collective, P)}
+
+
 def choose_picks(series, flagged=()):
     """One algorithm per size of ``series`` (measured_picks'), by choose_path. The sizes whose bench
     bytes are in ``flagged`` (the smallest ones: auto ran the flags there) get a path of their own:
@@ -68,11 +73,11 @@ def measured_entries(records, previous_section):
     calls that the kernel path runs, on one host (docs/gpu.md "auto on the device")."""
     section = {coll: {P: e for P, e in per.items() if e.get("source", "measured") == "measured"}
                for coll, per in (previous_section or {}).items()}
+    flags = flag_sizes(records)
     for (coll, P), series in sorted(measured_picks(records).items()):
         if not series:
             continue
-        flagged = {b for c, q, b in flag_sizes(records) if (c, q) == (coll, P)}
-        best = choose_picks(series, flagged)
+        best = choose_picks(series, flagged_at(flags, coll, P))
         section.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["collective"] == coll),
             "rows": rows([cb for _, cb, _ in series], best)}
