@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from commlib.bench import single_copy_tuning
+from commlib.bench import flag_tuning, single_copy_tuning
 from commlib.perf.tuning_path import SWITCH_COST, TOLERANCE, choose_path, rows  # noqa: F401
 from commlib.bench import tuning_picks
 from commlib.bench.tuning_picks import measured_entries, measured_picks  # noqa: F401 (used here and by tests)
@@ -99,6 +99,9 @@ def main(args) -> int:
     for coll, per in sorted((table.get("single_copy") or {}).items()):
         print(f"# single-copy reads for {coll} from: " + ", ".join(
             f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items())))
+    for coll, per in sorted((table.get("flags") or {}).items()):
+        print(f"# flags for {coll} up to: " + ", ".join(
+            f"P={P} {'none' if e['max_bytes'] < 0 else str(e['max_bytes']) + ' B'}" for P, e in sorted(per.items())))
     if os.path.abspath(path) != os.path.abspath(default_path()):
         print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
     return 0
@@ -123,7 +126,8 @@ def machine_section(datas, replaced=None) -> dict:
     import time
     machine = _machine_class(datas)
     kept = (replaced or {}).get("single_copy")
-    table = from_runs(datas, previous={"single_copy": kept} if kept else None)
+    previous = {k: (replaced or {}).get(k) for k in ("single_copy", "flags") if (replaced or {}).get(k)}
+    table = from_runs(datas, previous=previous or None)
     colls = {c: {P: e for P, e in per.items() if e.get("source") == "measured"}
              for c, per in table.get("collectives", {}).items()}
     section = {"machine": machine,
@@ -132,6 +136,8 @@ def machine_section(datas, replaced=None) -> dict:
     prov = provenance(datas, table)
     if table.get("single_copy"):  # measured by these runs, or kept
         section["single_copy"] = table["single_copy"]
+    if table.get("flags"):  # where these runs saw the flags lose, else kept
+        section["flags"] = table["flags"]
     if prov["single_copy"] != "measured by these runs" and kept:
         prov["single_copy"] = ("kept from the section this one replaced (no run measured single-copy "
                                "reads both off and on: commlib bench --single-copy-ab)")
@@ -160,7 +166,9 @@ def write_machine_section(path, datas) -> int:
     print(f"# {path}: section for {m['cpu']} ({m['cores']} cores): "
           + ", ".join(f"{c} P={','.join(sorted(per))}" for c, per in sorted(section["collectives"].items()))
           + ("" if "single_copy" not in section else "; single-copy crossovers " + (
-              "measured" if section["provenance"]["single_copy"] == "measured by these runs" else "kept")))
+              "measured" if section["provenance"]["single_copy"] == "measured by these runs" else "kept"))
+          + "".join(f"; flags for {c} up to " + ", ".join(f"P={P} {e['max_bytes']} B" for P, e in sorted(per.items()))
+                    for c, per in sorted(section.get("flags", {}).items())))
     return 0
 
 
@@ -192,6 +200,9 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
         h = int(r.get("hosts", hosts))
         where.setdefault(h, ([], r.get("ranks_per_host", ranks_per_host)))[0].append(r)
     flags = tuning_picks.flag_sizes(records)
+    # Up to which size auto takes the flags (one host only: they are shared memory).
+    flag_section = flag_tuning.cutoffs([r for r in records if int(r.get("hosts", hosts)) == 1],
+                                       (previous or {}).get("flags"))
     picks, placed = {}, {}
     for h in sorted(where):  # more hosts last: they replace fewer hosts' picks of the same world size
         for key, series in measured_picks(where[h][0]).items():
@@ -199,7 +210,9 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     for (coll, P), series in sorted(picks.items()):
         if not series:
             continue
-        best = tuning_picks.choose_picks(series, tuning_picks.flagged_at(flags, coll, P))
+        flagged = flag_tuning.still_flagged(tuning_picks.flagged_at(flags, coll, P), series,
+                                            flag_section.get(coll, {}).get(str(P)))
+        best = tuning_picks.choose_picks(series, flagged)
         entry = colls.setdefault(coll, {})[str(P)] = {
             "source": "measured", "dtype": next(r["dtype"] for r in records if r["backend"] == "commlib"),
             "rows": rows([cb for _, cb, _ in series], best)}
@@ -231,4 +244,6 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
            "collectives": colls}
     if single_copy:
         out["single_copy"] = single_copy
+    if flag_section:
+        out["flags"] = flag_section
     return device_tuning.add_device_sections(out, all_records, previous)

@@ -25,9 +25,16 @@ and world size, the call size (auto's bytes) from which single-copy reads of a p
 single-copy (64 KiB when it names none); calls without an entry use the channels
 (csrc/policy/single_copy.h).
 
+A ``"flags"`` section (``{"all_reduce": {"4": {"max_bytes": 2896}}}``) holds, per collective and
+world size, the largest call (auto's bytes) that auto sends through the shared-memory flags (one
+write per rank read by every rank, instead of the algorithm's schedule), -1 for none: measured by
+``commlib tune`` where a named algorithm beat the flags (commlib/bench/flag_tuning.py). Without an
+entry every call whose input fits a flag slot (8 KiB) goes through the flags
+(csrc/policy/flag_cutoff.h).
+
 A ``"machines"`` list holds tables measured on other machine classes: each element is
 ``{"machine": {"cpu": "<model name of /proc/cpuinfo>", "cores": N}, "collectives": {...},
-"single_copy": {...}, "provenance": {...}}``. On a machine whose CPU model and core count equal a
+"single_copy": {...}, "flags": {...}, "provenance": {...}}``. On a machine whose CPU model and core count equal a
 section's (:func:`this_machine`), that section's entries replace the top level's, per collective and
 world size (entries it does not name stay): the crossovers and the algorithms' order change with the
 CPU (bench/RESULTS_collectives.md, session 29: the AMD EPYC table on an Intel Xeon missed T5 at 9-17 of
@@ -81,7 +88,7 @@ def this_machine() -> dict:
     return {"cpu": cpu or platform.processor() or platform.machine(), "cores": os.cpu_count()}
 
 
-_SECTION_KEYS = ("collectives", "single_copy")  # what a machine section may replace
+_SECTION_KEYS = ("collectives", "single_copy", "flags")  # what a machine section may replace
 
 
 def _check_sections(table: dict):
@@ -98,7 +105,7 @@ def _check_sections(table: dict):
 def for_machine(table: dict, machine=None) -> dict:
     """``table`` as it applies on ``machine`` (default: :func:`this_machine`): the first ``"machines"``
     section whose cpu and cores equal the machine's replaces the top level's entries per (collective,
-    world size), in its ``"collectives"`` and ``"single_copy"`` sections; the result has no
+    world size), in its ``"collectives"``, ``"single_copy"`` and ``"flags"`` sections; the result has no
     ``"machines"`` key and says which section it took (``"machine_section"``: its index, or None)."""
     secs = _check_sections(table)
     machine = machine or this_machine()
@@ -188,6 +195,10 @@ class _Engine:
     def set_single_copy_crossovers(collective: str, min_bytes, min_message=None) -> None:
         _C.set_single_copy_crossovers(call_spec.collective(collective), min_bytes, min_message or {})
 
+    @staticmethod
+    def set_flag_cutoffs(cutoffs) -> None:
+        _C.set_flag_cutoffs({call_spec.collective(c): per for c, per in cutoffs.items()})
+
 
 def install(table: dict, core=None):
     """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
@@ -208,7 +219,25 @@ def install(table: dict, core=None):
         messages = single_copy_min_messages(table)
         for coll, per in single_copy_crossovers(table).items():
             core.set_single_copy_crossovers(coll, per, messages.get(coll, {}))
+    if hasattr(core, "set_flag_cutoffs"):  # the whole table: one without the section clears them
+        core.set_flag_cutoffs(flag_cutoffs(table))
     return done
+
+
+def flag_cutoffs(table: dict) -> dict:
+    """{collective: {world size: the largest call auto sends through the flags (-1 none)}} of the
+    table's ``"flags"`` section."""
+    out = {}
+    for coll, per in (table.get("flags") or {}).items():
+        call_spec.collective(coll)  # an unknown name raises, naming it
+        for P, entry in per.items():
+            mb = entry.get("max_bytes") if isinstance(entry, dict) else None
+            if not isinstance(mb, int) or isinstance(mb, bool) or mb < -1:
+                raise ValueError(f"flags: {coll} world size {P}: max_bytes must be an integer >= -1, got {mb!r}")
+            if not str(P).isdigit() or int(P) < 1:
+                raise ValueError(f"flags: {coll}: world size must be an integer >= 1, got {P!r}")
+            out.setdefault(coll, {})[int(P)] = mb
+    return out
 
 
 def single_copy_crossovers(table: dict) -> dict:

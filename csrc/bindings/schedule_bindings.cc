@@ -10,6 +10,7 @@
 #include "verify/verifier.h"
 #include "policy/auto_policy.h"
 #include "policy/device_path_tuning.h"
+#include "policy/flag_cutoff.h"
 #include "policy/single_copy.h"
 #include "stream/kernel_path.h"
 #include "schedule/hierarchical_layout.h"
@@ -275,8 +276,18 @@ void bind_schedule(py::module_& m) {
         clear_tuning();
         set_device_path_crossovers({});
         clear_single_copy_crossovers();
+        clear_flag_cutoffs();
       },
-      "Drop every tuning row, the device_path and the single_copy crossovers (auto's built-in rules again).");
+      "Drop every tuning row, the device_path and single_copy crossovers and the flags cutoffs (auto's built-in "
+      "rules again).");
+  m.def(
+      "set_flag_cutoffs", [](const std::map<Collective, std::map<int, int64_t>>& table) { set_flag_cutoffs(table); },
+      py::arg("table"),
+      "Replace the \"flags\" cutoffs: {collective: {world size: the largest call (per-rank count x element size) "
+      "auto sends through the shared-memory flags, -1 none}}; world sizes without one: while the input fits a slot.");
+  m.def(
+      "flag_cutoff", [](Collective c, int size) { return flag_cutoff(c, size); }, py::arg("collective"),
+      py::arg("world_size"), "The installed \"flags\" cutoff of (collective, world size), or 2**63-1 without one.");
   m.def(
       "set_single_copy_crossovers",
       [](Collective c, const std::map<int, int64_t>& min_bytes, const std::map<int, int64_t>& min_message) {

@@ -190,8 +190,10 @@ class Communicator {
   FlagRoute flag_route(const CollectiveCall& call, const ResolvedPlan& planned) const;
   // The decision itself, from what decides it (so auto_runs_flag_call answers as a call routes):
   // `auto_chose`, auto picked the algorithm (none named, no override, no codec); `shared_unencoded`,
-  // the plan is the "shared" broadcast and the call has no codec.
-  FlagRoute flag_route(Collective coll, int64_t count, size_t esize, bool auto_chose, bool shared_unencoded) const;
+  // the plan is the "shared" broadcast and the call has no codec; `flags_max`, the largest call
+  // (count x esize) auto sends through the flags (policy/flag_cutoff.h, read with the plan).
+  FlagRoute flag_route(Collective coll, int64_t count, size_t esize, bool auto_chose, bool shared_unencoded,
+                       int64_t flags_max) const;
   void run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);

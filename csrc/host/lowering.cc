@@ -58,25 +58,30 @@ char* Communicator::scratch(size_t bytes) {
 
 // auto's small broadcasts, barriers, all_gathers, all_to_alls, all_reduces and reduce_scatters, when
 // every rank is on this host: through the shared-memory flags (host/flag_calls.cc), one write read
-// by every rank, instead of the schedule. Only when auto itself chose (an algorithm the caller or
+// by every rank, instead of the schedule; up to the tuning's cutoff for the collective and world
+// size (policy/flag_cutoff.h), else while the input fits a slot. Only when auto itself chose (an algorithm the caller or
 // COMMLIB_ALGO_<COLLECTIVE> named runs as named), so every rank decides alike from the call. The
 // "shared" broadcast, however chosen, runs through the root's stream the same way (its schedule,
 // direct's messages, only off one host).
 Communicator::FlagRoute Communicator::flag_route(const CollectiveCall& call, const ResolvedPlan& planned) const {
   const bool auto_chose = call.algo == 0 && !call.codec.active() && !planned.overridden;
   return flag_route(call.coll, call.count, dtype_size(call.dtype), auto_chose,
-                    planned.name == "shared" && !call.codec.active());
+                    planned.name == "shared" && !call.codec.active(), planned.flags_max);
 }
 
 Communicator::FlagRoute Communicator::flag_route(Collective coll, int64_t count, size_t esize, bool auto_chose,
-                                                  bool shared_unencoded) const {
+                                                  bool shared_unencoded, int64_t flags_max) const {
   if (coll == Collective::Barrier) return auto_chose && exec_.flags_fit(0) ? FlagRoute::Barrier : FlagRoute::None;
+  // (the tuning's cutoff is in auto's bytes, as its rows are: the per-rank count x element size)
+  const bool under_cutoff = count * static_cast<int64_t>(esize) <= flags_max;
   const int64_t in_bytes = Executor::flag_exchange_input_bytes(coll, count, esize, size_);
   if (in_bytes >= 0)
-    return auto_chose && exec_.flags_fit(static_cast<size_t>(in_bytes)) ? FlagRoute::Exchange : FlagRoute::None;
+    return auto_chose && under_cutoff && exec_.flags_fit(static_cast<size_t>(in_bytes)) ? FlagRoute::Exchange
+                                                                                         : FlagRoute::None;
   if (coll != Collective::Broadcast) return FlagRoute::None;
   if (shared_unencoded && exec_.stream_fits()) return FlagRoute::Stream;
-  return auto_chose && exec_.flags_fit(static_cast<size_t>(count) * esize) ? FlagRoute::Broadcast : FlagRoute::None;
+  return auto_chose && under_cutoff && exec_.flags_fit(static_cast<size_t>(count) * esize) ? FlagRoute::Broadcast
+                                                                                           : FlagRoute::None;
 }
 
 void Communicator::run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes) {

@@ -6,6 +6,7 @@
 
 #include "host/communicator.h"
 #include "policy/auto_policy.h"
+#include "policy/flag_cutoff.h"
 #include "schedule/registry.h"
 
 namespace commlib {
@@ -26,7 +27,8 @@ bool Communicator::auto_runs_flag_call(Collective coll, int64_t bytes) const {
       Executor::flag_exchange_input_bytes(coll, bytes, 1, size_) < 0)
     return false;  // (only the schedule: nothing to resolve)
   const AlgorithmChoice c = resolve_call(plans_.context(), CallShape{coll, bytes, 1, 0}, 0);
-  const FlagRoute route = flag_route(coll, bytes, 1, c.source != "override", c.algorithm == "shared");
+  const FlagRoute route =
+      flag_route(coll, bytes, 1, c.source != "override", c.algorithm == "shared", flag_cutoff(coll, size_));
   return route != FlagRoute::None && route != FlagRoute::Stream;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -51,6 +52,9 @@ struct ResolvedPlan {
   // crossover, read under its lock; a new crossover table drops the plans, as a tuning table does),
   bool overridden = false;  // choice.source == "override" (COMMLIB_ALGO_<COLLECTIVE> named it)
   int64_t single_copy_auto = -1;
+  // the largest call auto sends through the flags (policy/flag_cutoff.h; kFlagsAnySize: the slot
+  // decides), read under its table's lock here, not at every call,
+  int64_t flags_max = std::numeric_limits<int64_t>::max();
   // and the root's output in elements (what every rank's footprint of the call is reckoned from).
   int64_t root_output = 0;
   // The algorithm's lanes for this call (schedule/lanes.h; 1: list order): more than one, the host

@@ -31,7 +31,18 @@ def exchange_matrix(comm):
     """Every exchange x dtype x op x placement at counts 0, 1, P - 1, 13, the largest that fits and
     one more, through auto: checked against NumPy (collective_reference's tolerances), all_reduce's
     result digested (it must be the same bits on every rank), and the path checked: a call that fits
-    sends no channel message, one that does not fit does."""
+    sends no channel message, one that does not fit does. The machine's tuned cutoffs (the tuning
+    file's "flags" section) are lifted meanwhile, so every size a slot takes is covered."""
+    import commlib._C as _C
+    _C.set_flag_cutoffs({})
+    try:
+        return _exchange_matrix(comm)
+    finally:
+        from commlib.core import tuning
+        tuning.load_default()
+
+
+def _exchange_matrix(comm):
     from commlib.core.call_spec import COLLECTIVE
     P, r = comm.size, comm.rank
     failures, digests = Failures(), []
@@ -67,6 +78,43 @@ def exchange_matrix(comm):
                         if report(failures, what, dtype, out, want, mag, P) and collective == "all_reduce":
                             digests.append((what.rsplit(" rank=", 1)[0], hashlib.sha1(raw(out)).hexdigest()))
     return failures.listed(), digests
+
+
+def tuned_cutoffs(comm):
+    """With cutoffs installed (the tuning file's "flags" section: all_reduce up to 1 KiB, all_gather
+    never), auto takes the flags exactly up to them: float32 all_reduce of 256 elements through the
+    flags (no channel message), of 257 through the schedule, all_gather of 1 through the schedule;
+    auto_runs_flag_call says the same, and every result is right. Returns the failures."""
+    import commlib._C as _C
+    from commlib.core.call_spec import COLLECTIVE
+    P, r = comm.size, comm.rank
+    failures = []
+    _C.set_flag_cutoffs({COLLECTIVE["all_reduce"]: {P: 1024}, COLLECTIVE["all_gather"]: {P: -1}})
+    try:
+        for collective, count, flags in (("all_reduce", 256, True), ("all_reduce", 257, False),
+                                         ("all_reduce", 1, True), ("all_gather", 1, False)):
+            flags = flags and P > 1
+            said = comm._core.auto_runs_flag_call(COLLECTIVE[collective], count * 4)
+            if said != flags:
+                failures.append(f"{collective} count={count} P={P}: auto_runs_flag_call says {said}")
+            sent = comm._core.bytes_sent()
+            x = np.arange(count, dtype=np.float32) + r
+            if collective == "all_reduce":
+                comm.all_reduce(x)
+                ok = np.array_equal(x, sum(np.arange(count, dtype=np.float32) + q for q in range(P)))
+            else:
+                out = np.zeros(count * P, np.float32)
+                comm.all_gather(out, x)
+                ok = np.array_equal(out, np.concatenate([np.arange(count, dtype=np.float32) + q for q in range(P)]))
+            moved = comm._core.bytes_sent() - sent
+            if not ok:
+                failures.append(f"{collective} count={count} P={P} rank={r}: wrong result")
+            if P > 1 and bool(moved) == flags:
+                failures.append(f"{collective} count={count} P={P} rank={r}: flags={flags} but sent {moved} bytes")
+    finally:
+        from commlib.core import tuning
+        tuning.load_default()
+    return failures
 
 
 def disagreeing_counts(comm, collective):

@@ -2,7 +2,7 @@
 shared-memory flags (each rank's input written once into its slot, read by every rank;
 csrc/host/flag_calls.cc, docs/transports.md "Flag calls"): every dtype, op, placement and count up
 to the slot's (and one past it, back on the schedule) at 1-5 and 8 ranks, each world size in one
-pool; a count mismatch; a dead rank; slot rings wrapped by ranks running ahead, between broadcasts."""
+pool; the tuned cutoffs; a count mismatch; a dead rank; slot rings wrapped by ranks running ahead, between broadcasts."""
 import pytest
 
 import flag_exchange_cases as cases
@@ -17,6 +17,12 @@ def test_every_dtype_op_count_and_placement_of_the_flag_exchanges(pool, size):
     failures = [f for fails, _ in results for f in fails]
     assert not failures, f"{len(failures)} failure(s):\n" + "\n".join(failures[:20])
     _check_identical([d for _, d in results])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [1, 3, 4])
+def test_the_tuned_cutoffs_decide_up_to_which_size_auto_takes_the_flags(pool, size):
+    assert pool(size).run(cases.tuned_cutoffs, timeout=60) == [[]] * size
 
 
 @pytest.mark.timeout(120)
