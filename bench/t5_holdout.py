@@ -68,11 +68,14 @@ def missed(algorithm, row):
 
 
 def table_misses(table, rows, P):
-    """Misses of ``table``'s picks in one run (auto's flag calls stay flag calls)."""
+    """Misses of ``table``'s picks in one run: auto's flag calls stay flag calls up to the table's
+    flags cutoff for the collective and world size (its "flags" section), and take its row above."""
+    cutoffs = core_tuning.flag_cutoffs(table or {})
     n = 0
     for (coll, nbytes), r in rows.items():
-        pick = "flags" if r["auto_resolved"] == "flags" else core_tuning.choose(
-            table, coll, core_bytes(coll, nbytes, "float32", r["world_size"]), P)
+        cb = core_bytes(coll, nbytes, "float32", r["world_size"])
+        flags = r["auto_resolved"] == "flags" and cb <= cutoffs.get(coll, {}).get(P, cb)
+        pick = "flags" if flags else core_tuning.choose(table, coll, cb, P)
         n += missed(pick, r)
     return n
 

@@ -78,9 +78,9 @@ def device_path_section(device, previous=None):
     """{P: {"kernel_max_bytes": N, "source": "measured"}} for each world size measured on both
     paths (the smallest collective's crossover: the kernel path is taken only where no collective
     measured was slower on it), the previous table's entries for the others."""
-    from commlib.bench.tuning_picks import measured_picks
+    from commlib.bench.tuning_picks import measured_seconds
     out = dict((previous or {}).get("device_path") or {})
-    kern, copy = measured_picks(device["kernel"]), measured_picks(device["copy"])
+    kern, copy = measured_seconds(device["kernel"]), measured_seconds(device["copy"])
     per_size = {}
     for key in sorted(set(kern) & set(copy)):
         k_at = {cb: min(t.values()) for _, cb, t in kern[key] if t}

@@ -3,9 +3,9 @@ collective through the shared-memory flags (one write per rank, read by every ra
 table's algorithm (csrc/policy/flag_cutoff.h).
 
 Auto's records at the sizes where it ran the flags (``resolved`` "flags") are the flags' times; the
-named algorithms' records at the same sizes are the alternatives. Scanning up from the smallest size,
-the first size where the best named algorithm's median beats the flags' by more than FLAG_MARGIN ends
-the flags: the cutoff lies halfway (geometrically) between it and the size below, as a table row's
+named algorithms' records at the same sizes are the alternatives, each judged against the best named
+algorithm of its own run and mode (tuning_picks.relative_times). Scanning up from the smallest size,
+the first size where the best named algorithm beats the flags by more than FLAG_MARGIN ends the flags: the cutoff lies halfway (geometrically) between it and the size below, as a table row's
 end does (commlib/perf/tuning_path.rows); -1 when the flags lose at the smallest size. Where the
 flags won at every size they ran, the entry of the table replaced is kept, if any: with a cutoff in
 force, runs no longer time the flags above it, so they cannot move it up (tune from runs with the
@@ -23,27 +23,17 @@ from commlib.bench import tuning_picks
 FLAG_MARGIN = 0.03
 
 
-def flag_medians(records):
-    """{(collective, P, bench bytes): the median of auto's flag records' medians} (several runs'
-    records may be passed together)."""
-    acc = {}
-    for r in records:
-        if r["backend"] == "commlib" and r["algorithm"] == "auto" and r.get("resolved") == "flags":
-            acc.setdefault((r["collective"], r["world_size"], r["bytes"]), []).append(r["time_us"]["median"] * 1e-6)
-    return {k: tuning_picks._median(v) for k, v in acc.items()}
-
-
 def cutoffs(records, previous_section=None):
     """The ``"flags"`` section ({collective: {"P": {"max_bytes": n, "lost_at": core bytes}}}) from
     ``records`` (commlib bench records of one host), keeping ``previous_section``'s entries where these
     records show no size at which the flags lost."""
     section = {c: dict(per) for c, per in (previous_section or {}).items()}
     flags = tuning_picks.flag_sizes(records)
-    times = flag_medians(records)
+    rel = tuning_picks.relative_times(records)  # (the flags' against the best named of their own run)
     for (coll, P), series in sorted(tuning_picks.measured_picks(records).items()):
         flagged = tuning_picks.flagged_at(flags, coll, P)
-        run = [(cb, times[(coll, P, b)], min(t.values())) for b, cb, t in series
-               if b in flagged and (coll, P, b) in times and t]
+        run = [(cb, rel[(coll, P, b)]["flags"], min(t.values())) for b, cb, t in series
+               if b in flagged and "flags" in rel.get((coll, P, b), {}) and t]
         lost = next((i for i, (_, flag_t, best_t) in enumerate(run) if flag_t > best_t * (1 + FLAG_MARGIN)), None)
         if lost is None:
             continue

@@ -29,12 +29,12 @@ def from_runs(datas, previous=None):
     merged (see measured_picks), the model fits of the last run that has them. Each run's records
     keep the placement it was measured on (its config's ``hosts``, see placement_of)."""
     records, fits = [], {}
-    for d in datas:
+    for run, d in enumerate(datas):
         hosts, per_host = placement_of(d.get("config") or {}, d.get("world_size"))
         single = (d.get("config") or {}).get("single_copy", "")
         in_force = (d.get("config") or {}).get("single_copy_in_force")
         for r in d.get("results", []):
-            r = dict(r, hosts=hosts, ranks_per_host=per_host, single_copy=single)
+            r = dict(r, hosts=hosts, ranks_per_host=per_host, single_copy=single, run=run)
             if in_force is not None and str(single) == "auto" and r.get("backend") == "commlib":
                 r["single_copy_ran"] = single_copy_tuning.side_ran(r, in_force)
             records.append(r)

@@ -3,29 +3,95 @@ over modes and runs, and a tuning section of measured entries from them. Shared 
 (commlib/bench/tuning.py) and the device's (commlib/bench/device_tuning.py)."""
 from __future__ import annotations
 
+import math
+
 from commlib.perf.tuning_path import choose_path, rows
 
 
-def measured_picks(records):
-    """{(collective, P): [(bench_bytes, core_bytes, {algorithm: seconds})]} from commlib records.
+# A time more than this over its run's best counts as this much: one slow spell of one algorithm in
+# one run then moves its mean by a bounded step, not by the spell's own size (2.5x auto's T5 tolerance).
+RATIO_CAP = 1.25
 
-    An algorithm's time at a size is the median of its medians over the modes and runs measured
-    (records of several runs may be passed together: one noisy run then does not decide).
+
+def relative_times(records):
+    """{(collective, P, bench bytes): {algorithm: relative time}} of commlib records: each time over
+    the best named algorithm's in the same run and mode (a group: records that ran minutes apart),
+    capped at RATIO_CAP, then the geometric mean of those ratios over the groups. Auto's records that
+    ran the flags (``resolved`` "flags") are "flags" there, judged against the same best.
+
+    Why ratios within a group: the machines drift (the same algorithm's row 1.7x apart between runs
+    minutes apart, bench/RESULTS_collectives.md session 38), so raw times of several runs merged
+    (their median: `commlib tune` until session 40) compare one algorithm's fast spell with another's
+    slow one. On eight main-job runs of the Intel Xeon class, per-size picks tuned from seven runs
+    and judged on the eighth missed T5 0.88 times a run this way against 2.25 with merged medians
+    (bench/RESULTS_collectives.md, session 40). A run is a record's ``run`` (commlib.bench.tuning.from_runs
+    sets it); records without one are one run.
     """
+    groups = {}
+    for r in records:
+        if r["backend"] != "commlib":
+            continue
+        name = r["algorithm"]
+        if name == "auto":
+            if r.get("resolved") != "flags":
+                continue
+            name = "flags"
+        key = (r["collective"], r["world_size"], r["bytes"])
+        groups.setdefault(key, {}).setdefault((r.get("run"), r.get("mode")), []).append(
+            (name, r["time_us"]["median"]))
+    out = {}
+    for key, by_group in groups.items():
+        logs = {}
+        for recs in by_group.values():
+            named = [t for a, t in recs if a != "flags"]
+            if not named or min(named) <= 0:
+                continue
+            best = min(named)
+            for a, t in recs:
+                logs.setdefault(a, []).append(min(math.log(t / best), math.log(RATIO_CAP)))
+        out[key] = {a: math.exp(sum(v) / len(v)) for a, v in logs.items()}
+    return out
+
+
+def measured_picks(records):
+    """{(collective, P): [(bench_bytes, core_bytes, {algorithm: relative time})]} from commlib records
+    (several runs' may be passed together): each named algorithm's time relative to the best of its
+    run and mode (relative_times). Only their ratios at one size mean anything (choose_path's)."""
     from commlib.perf.common import core_bytes
+    rel = relative_times(records)
     acc = {}
     for r in records:
         if r["backend"] != "commlib" or r["algorithm"] == "auto":
             continue
         key = (r["collective"], r["world_size"])
-        per = acc.setdefault(key, {}).setdefault(r["bytes"], {"core": core_bytes(
-            r["collective"], r["bytes"], r["dtype"], r["world_size"]), "t": {}})
-        per["t"].setdefault(r["algorithm"], []).append(r["time_us"]["median"] * 1e-6)
+        acc.setdefault(key, {}).setdefault(r["bytes"], core_bytes(r["collective"], r["bytes"], r["dtype"], r["world_size"]))
     out = {}
-    for key, by_size in acc.items():
-        out[key] = [(b, v["core"], {a: _median(ts) for a, ts in v["t"].items()})
-                    for b, v in sorted(by_size.items())]
+    for (coll, P), by_size in acc.items():
+        out[(coll, P)] = [(b, cb, {a: t for a, t in rel.get((coll, P, b), {}).items() if a != "flags"})
+                          for b, cb in sorted(by_size.items())]
     return out
+
+
+def measured_seconds(records):
+    """{(collective, P): [(bench_bytes, core_bytes, {algorithm: seconds})]}: each algorithm's median
+    of its records' medians (over modes and runs). For comparing two paths' absolute times (the
+    device's kernel and copy paths: device_tuning.device_path_section); picks use measured_picks."""
+    from commlib.perf.common import core_bytes
+    acc = {}
+    for r in records:
+        if r["backend"] != "commlib" or r["algorithm"] == "auto":
+            continue
+        per = acc.setdefault((r["collective"], r["world_size"]), {}).setdefault(r["bytes"], {
+            "core": core_bytes(r["collective"], r["bytes"], r["dtype"], r["world_size"]), "t": {}})
+        per["t"].setdefault(r["algorithm"], []).append(r["time_us"]["median"] * 1e-6)
+    return {key: [(b, v["core"], {a: _median(ts) for a, ts in v["t"].items()}) for b, v in sorted(by_size.items())]
+            for key, by_size in acc.items()}
+
+
+def _median(xs):
+    xs = sorted(xs)
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def flag_sizes(records):
@@ -58,12 +124,6 @@ def choose_picks(series, flagged=()):
     if k == 0 or k == len(series):
         return choose_path(times)
     return choose_path(times[:k]) + choose_path(times[k:])
-
-
-def _median(xs):
-    xs = sorted(xs)
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def measured_entries(records, previous_section):

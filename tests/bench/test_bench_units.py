@@ -189,19 +189,25 @@ def test_tuning_path_ignores_noise_but_follows_real_crossovers():
 
 
 def test_tune_merges_runs_so_one_noisy_run_does_not_decide(tmp_path):
+    # Five runs in which the best algorithm at 8 bytes leads the others by 10% or more; in one of them
+    # it looks 3x slower (a slow spell). `commlib tune` judges each time against its own run's best,
+    # capped at RATIO_CAP, so that run moves it by a bounded step and it stays the pick.
     import copy
     from commlib import cli
-    runs = [synth.data(P=2, sizes=(8, 1 << 20), collectives=("all_reduce",)) for _ in range(3)]
+    runs = [synth.data(P=2, sizes=(8, 1 << 20), collectives=("all_reduce",)) for _ in range(5)]
     truth = tuning.from_results(runs[0]["results"], runs[0]["model"])
     best_small = tuning.choose(truth, "all_reduce", 8, 2)
-    # Run 2 is noisy: the true best algorithm looks 3x slower at 8 bytes there.
+    for d in runs:  # (synth's direct and recursive_doubling tie at 8 bytes: the pick leads by 10%)
+        for r in d["results"]:
+            if r["backend"] == "commlib" and r["algorithm"] not in (best_small, "auto") and r["bytes"] == 8:
+                r["time_us"]["median"] *= 1.10
     noisy = copy.deepcopy(runs[1])
     for r in noisy["results"]:
         if r["backend"] == "commlib" and r["algorithm"] == best_small and r["bytes"] == 8:
             r["time_us"]["median"] *= 3
     assert tuning.choose(tuning.from_results(noisy["results"], noisy["model"]), "all_reduce", 8, 2) != best_small
     paths = []
-    for i, d in enumerate([runs[0], noisy, runs[2]]):
+    for i, d in enumerate([runs[0], noisy] + runs[2:]):
         paths.append(str(tmp_path / f"run{i}.json"))
         with open(paths[-1], "w") as f:
             json.dump(d, f)
@@ -210,6 +216,22 @@ def test_tune_merges_runs_so_one_noisy_run_does_not_decide(tmp_path):
     merged = tuning.read(out)
     assert merged["collectives"]["all_reduce"]["2"]["source"] == "measured"
     assert tuning.choose(merged, "all_reduce", 8, 2) == best_small
+
+
+def test_tune_judges_each_time_against_its_own_runs_best():
+    # Run 2 is a slow spell of the whole machine (every time 1.7x): merged raw medians would compare
+    # a's fast-spell times with b's slow-spell ones; ratios within each run do not.
+    from commlib.bench import tuning_picks
+    def rec(alg, us, run):
+        return {"backend": "commlib", "collective": "all_reduce", "world_size": 4, "bytes": 1024, "dtype": "float32",
+                "algorithm": alg, "mode": "in", "run": run, "time_us": {"median": us}}
+    recs = [rec("a", 10.0, 0), rec("b", 10.5, 0), rec("a", 17.0, 1), rec("b", 17.85, 1),
+            rec("a", 10.0, 2), rec("b", 10.5, 2)]
+    rel = tuning_picks.relative_times(recs)[("all_reduce", 4, 1024)]
+    assert rel["a"] == pytest.approx(1.0) and rel["b"] == pytest.approx(1.05)
+    # a 3x spell of a counts as RATIO_CAP, not 3x
+    rel = tuning_picks.relative_times(recs + [rec("a", 30.0, 3), rec("b", 10.0, 3)])[("all_reduce", 4, 1024)]
+    assert rel["a"] == pytest.approx(tuning_picks.RATIO_CAP ** 0.25)
 
 
 def test_tune_without_output_writes_the_current_directory(tmp_path, monkeypatch):
