@@ -26,7 +26,8 @@ MODEL_MAX_REL_ERR = 0.25  # only trust the model for unmeasured world sizes when
 
 def from_runs(datas, previous=None):
     """A tuning table from several bench runs (the dicts ``commlib bench --json`` writes): records
-    merged (see measured_picks), the model fits of the last run that has them. Each run's records
+    merged, each marked with its run (``run``: its times are judged against that run's best,
+    tuning_picks.relative_times), the model fits of the last run that has them. Each run's records
     keep the placement it was measured on (its config's ``hosts``, see placement_of)."""
     records, fits = [], {}
     for run, d in enumerate(datas):
