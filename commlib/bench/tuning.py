@@ -190,6 +190,7 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     all_records = records
     records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
     records, single_copy = single_copy_tuning.choose(records, previous)
+    records = tuning_picks.usual_mode(records)  # the rows serve the usual call's mode
     colls = {}
     if previous:
         for coll, per in previous.get("collectives", {}).items():

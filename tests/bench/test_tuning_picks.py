@@ -52,3 +52,26 @@ def test_a_size_counts_when_any_auto_record_there_ran_a_schedule():
     flagged = {b for _, _, b in tuning_picks.flag_sizes(recs)}
     assert tuning_picks.choose_picks(series, flagged)[:4] == ["direct"] * 4
     assert tuning_picks.choose_picks(series, set()) == tuning_picks.choose_path([t for _, _, t in series])
+
+
+def test_rows_follow_the_mode_of_the_usual_call():
+    # ring is first in place and 20% behind out of place, direct the other way round: all_reduce's
+    # usual call is in place (torch's), all_gather's out of place; a size measured in one mode only
+    # is tuned from it.
+    from commlib.bench import tuning
+
+    def rec(coll, alg, mode, us, nbytes=1 << 20):
+        return {"backend": "commlib", "collective": coll, "world_size": 4, "bytes": nbytes, "dtype": "float32",
+                "algorithm": alg, "mode": mode, "time_us": {"median": us}}
+
+    recs = []
+    for coll in ("all_reduce", "all_gather"):
+        recs += [rec(coll, "ring", "in", 100.0), rec(coll, "direct", "in", 120.0),
+                 rec(coll, "ring", "out", 120.0), rec(coll, "direct", "out", 100.0)]
+    assert {(r["collective"], r["mode"]) for r in tuning_picks.usual_mode(recs)} == {
+        ("all_reduce", "in"), ("all_gather", "out")}
+    table = tuning.from_results(recs)
+    assert tuning.choose(table, "all_reduce", 1 << 20, 4) == "ring"
+    assert tuning.choose(table, "all_gather", core_bytes("all_gather", 1 << 20, "float32", 4), 4) == "direct"
+    only_in = [r for r in recs if r["mode"] == "in"]
+    assert tuning_picks.usual_mode(only_in) == only_in
