@@ -14,7 +14,7 @@ def usual_mode(records):
     broadcast in place, the others out of place), where there are any; else every mode's.
 
     The core picks one algorithm per size whatever the mode, and some algorithms rank differently in
-    place (all_reduce 2 MiB on the Intel Xeon VMs: ring first in place, 1.10x the best out of place), so
+    place (all_reduce 2 MiB on the Intel Xeon VMs: ring 1.03x the best in place, 1.18x out of place), so
     a table tuned from both modes served neither the usual call nor T5, which judges that mode: over
     fourteen main-job runs of that class, tables tuned from thirteen missed 1.71 points a run on the
     fourteenth from both modes, 1.14 from the usual mode (bench/RESULTS_collectives.md, session 40).
