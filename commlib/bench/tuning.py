@@ -203,8 +203,7 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
         where.setdefault(h, ([], r.get("ranks_per_host", ranks_per_host)))[0].append(r)
     flags = tuning_picks.flag_sizes(records)
     # Up to which size auto takes the flags (one host only: they are shared memory).
-    flag_section = flag_tuning.cutoffs([r for r in records if int(r.get("hosts", hosts)) == 1],
-                                       (previous or {}).get("flags"))
+    flag_section = flag_tuning.cutoffs(where.get(1, ([], None))[0], (previous or {}).get("flags"))
     picks, placed = {}, {}
     for h in sorted(where):  # more hosts last: they replace fewer hosts' picks of the same world size
         for key, series in measured_picks(where[h][0]).items():

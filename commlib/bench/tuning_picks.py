@@ -40,8 +40,8 @@ def relative_times(records):
     Why ratios within a group: the machines drift (the same algorithm's row 1.7x apart between runs
     minutes apart, bench/RESULTS_collectives.md session 38), so raw times of several runs merged
     (their median: `commlib tune` until session 40) compare one algorithm's fast spell with another's
-    slow one. On eight main-job runs of the Intel Xeon class, per-size picks tuned from seven runs
-    and judged on the eighth missed T5 0.88 times a run this way against 2.25 with merged medians
+    slow one. On eight main-job runs of the Intel Xeon class, tables tuned from seven runs and judged
+    on the eighth missed T5 1.50 times a run this way against 2.25 with merged medians
     (bench/RESULTS_collectives.md, session 40). A run is a record's ``run`` (commlib.bench.tuning.from_runs
     sets it); records without one are one run.
     """
@@ -71,18 +71,20 @@ def relative_times(records):
     return out
 
 
-def measured_picks(records):
+def measured_picks(records, rel=None):
     """{(collective, P): [(bench_bytes, core_bytes, {algorithm: relative time})]} from commlib records
     (several runs' may be passed together): each named algorithm's time relative to the best of its
-    run and mode (relative_times). Only their ratios at one size mean anything (choose_path's)."""
+    run and mode (``rel``: relative_times of the same records, computed here when not given). Only
+    their ratios at one size mean anything (choose_path's)."""
     from commlib.perf.common import core_bytes
-    rel = relative_times(records)
+    rel = relative_times(records) if rel is None else rel
     acc = {}
     for r in records:
         if r["backend"] != "commlib" or r["algorithm"] == "auto":
             continue
         key = (r["collective"], r["world_size"])
-        acc.setdefault(key, {}).setdefault(r["bytes"], core_bytes(r["collective"], r["bytes"], r["dtype"], r["world_size"]))
+        acc.setdefault(key, {}).setdefault(r["bytes"], core_bytes(r["collective"], r["bytes"], r["dtype"],
+                                                                  r["world_size"]))
     out = {}
     for (coll, P), by_size in acc.items():
         out[(coll, P)] = [(b, cb, {a: t for a, t in rel.get((coll, P, b), {}).items() if a != "flags"})

@@ -59,8 +59,9 @@ char* Communicator::scratch(size_t bytes) {
 // auto's small broadcasts, barriers, all_gathers, all_to_alls, all_reduces and reduce_scatters, when
 // every rank is on this host: through the shared-memory flags (host/flag_calls.cc), one write read
 // by every rank, instead of the schedule; up to the tuning's cutoff for the collective and world
-// size (policy/flag_cutoff.h), else while the input fits a slot. Only when auto itself chose (an algorithm the caller or
-// COMMLIB_ALGO_<COLLECTIVE> named runs as named), so every rank decides alike from the call. The
+// size (policy/flag_cutoff.h), else while the input fits a slot. Only when auto itself chose (an
+// algorithm the caller or COMMLIB_ALGO_<COLLECTIVE> named runs as named), so every rank decides
+// alike from the call. The
 // "shared" broadcast, however chosen, runs through the root's stream the same way (its schedule,
 // direct's messages, only off one host).
 Communicator::FlagRoute Communicator::flag_route(const CollectiveCall& call, const ResolvedPlan& planned) const {

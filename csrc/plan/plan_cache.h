@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -16,6 +15,7 @@
 #include "common/topology.h"
 #include "plan/call.h"
 #include "policy/auto_policy.h"
+#include "policy/flag_cutoff.h"
 #include "schedule/ir.h"
 
 namespace commlib {
@@ -54,7 +54,7 @@ struct ResolvedPlan {
   int64_t single_copy_auto = -1;
   // the largest call auto sends through the flags (policy/flag_cutoff.h; kFlagsAnySize: the slot
   // decides), read under its table's lock here, not at every call,
-  int64_t flags_max = std::numeric_limits<int64_t>::max();
+  int64_t flags_max = kFlagsAnySize;
   // and the root's output in elements (what every rank's footprint of the call is reckoned from).
   int64_t root_output = 0;
   // The algorithm's lanes for this call (schedule/lanes.h; 1: list order): more than one, the host

@@ -20,7 +20,8 @@ void set_flag_cutoffs(const std::map<Collective, std::map<int, int64_t>>& table)
       // (named as the tuning file's loader names them: commlib/core/tuning.py)
       const std::string where = "flags: " + std::string(collective_name(c)) + " world size " + std::to_string(size);
       if (size < 1) throw std::invalid_argument(where + ": the world size must be >= 1");
-      if (bytes < -1) throw std::invalid_argument(where + ": max_bytes must be -1 (never) or >= 0, got " + std::to_string(bytes));
+      if (bytes < -1)
+        throw std::invalid_argument(where + ": max_bytes must be -1 (never) or >= 0, got " + std::to_string(bytes));
     }
   {
     std::lock_guard<std::mutex> lk(g_mu);
