@@ -29,6 +29,13 @@ def get(name: str) -> str:
     return _C.setting(name)
 
 
+def is_set(name: str) -> bool:
+    """Whether the environment sets the variable to a non-empty value (a default does not count): for
+    settings whose unset state means something of its own, as COMMLIB_STREAM_BYTES's (the tuning's
+    entries decide)."""
+    return _C.setting_is_set(name)
+
+
 def get_int(name: str) -> int:
     """An int or bytes variable as an integer in its declared range; ValueError naming it otherwise."""
     return _C.setting_int(name)

@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser):
                         "with single-copy reads off (<algorithm>@cma0) and one each with them on from 16, 32 and 64 KiB "
                         "messages (@cma16K, @cma32K, @cma1): the runs `commlib tune` takes each collective's "
                         "single-copy crossover and smallest message from (commlib/bench/single_copy_ab.py)")
+    p.add_argument("--stream-ab", action="store_true",
+                   help="local runs: run commlib's job once with streaming stores never (<algorithm>@nt0) and once "
+                        "always (@nt1) in every pass: the runs `commlib tune` takes each collective's \"stream\" "
+                        "start from (commlib/bench/stream_ab.py)")
     p.add_argument("--rounds", type=int, default=4,
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
     p.add_argument("--close-rounds", type=int, default=8,
@@ -120,6 +124,9 @@ def config_from_args(a) -> dict:
             raise SystemExit(f"commlib bench: unknown peer {p!r} (gloo, mpi, nccl or none)")
     from commlib.bench import device as device_bench
     device_bench.check_config(device, a.datatype, peers)
+    if getattr(a, "stream_ab", False) and (getattr(a, "single_copy_ab", False) or device != "host"):
+        # one A/B at a time: the sides of each would otherwise differ in two things
+        raise SystemExit("commlib bench: --stream-ab times host buffers alone, without --single-copy-ab or --device")
     if a.op in ("band", "bor", "bxor") and a.datatype.startswith(("float", "bfloat")):
         raise SystemExit(f"commlib bench: -o {a.op} needs an integer -d (got {a.datatype})")
     return {
@@ -139,6 +146,11 @@ def config_from_args(a) -> dict:
         # ran on the side it says, which `commlib tune` needs to keep a record beside an A/B run's
         # (single_copy_tuning.side_ran).
         "single_copy_in_force": _single_copy_in_force(a),
+        # --stream-ab: each record's algorithm names its side (stream_ab.py). Otherwise the tuning's
+        # "stream" section the ranks run with (None: COMMLIB_STREAM_BYTES is set, or no tuning read),
+        # so that `commlib tune` knows which side each size of the run took (stream_tuning.side_ran).
+        "stream_ab": bool(getattr(a, "stream_ab", False)),
+        "stream_in_force": _stream_in_force(a),
         "compress": _compress(a, device, peers),
     }
 
@@ -154,6 +166,19 @@ def _single_copy_in_force(a):
     except (OSError, ValueError):
         return None
     return (found[0].get("single_copy") or {}) if found else {}
+
+
+def _stream_in_force(a):
+    """The "stream" section of the tuning the ranks load ({} for none) when COMMLIB_STREAM_BYTES is
+    unset; None under --stream-ab, when it is set, or when that tuning cannot be read."""
+    if getattr(a, "stream_ab", False) or settings.is_set("COMMLIB_STREAM_BYTES"):
+        return None
+    from commlib.core import tuning
+    try:
+        found = tuning.in_force()
+    except (OSError, ValueError):
+        return None
+    return (found[0].get("stream") or {}) if found else {}
 
 
 def _compress(a, device, peers):

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from commlib import settings
 from commlib.bootstrap.ports import free_port
 from commlib.perf import common as C
 from commlib.bench.run_results import finish
@@ -94,8 +95,13 @@ def job_order(cfg, place, mpi_ok: bool):
     from commlib.bench.same_job import INLINE
     peers = list(cfg["peers"])
     if "mpi" in peers and mpi_ok and place.hosts == 1 and cfg.get("peer_jobs", "same") == "same":
-        return [INLINE] + [p for p in peers if p != "mpi"]
-    return ["commlib"] + peers
+        jobs = [INLINE] + [p for p in peers if p != "mpi"]
+    else:
+        jobs = ["commlib"] + peers
+    if cfg.get("stream_ab"):  # commlib's job once per side of streaming stores (stream_ab.py)
+        from commlib.bench import stream_ab
+        jobs = [stream_ab.job_name(jobs[0], s) for s in stream_ab.SIDES] + jobs[1:]
+    return jobs
 
 
 def run_local(a, cfg, command, place) -> int:
@@ -114,7 +120,7 @@ def run_local(a, cfg, command, place) -> int:
         t0 = time.monotonic()
         passes = max(1, a.passes)
         per_pass = []
-        from commlib.bench import mpi_peer, same_job
+        from commlib.bench import mpi_peer, same_job, stream_ab
         jobs = job_order(cfg, place, mpi_peer.available()[0])
         cfg["jobs"] = jobs  # recorded in the JSON's config
         for k in range(passes):
@@ -128,26 +134,30 @@ def run_local(a, cfg, command, place) -> int:
             if passes > 1:
                 C.log(f"# pass {k + 1}/{passes}: {', '.join(order)}")
             got_pass = []
-            for name in order:
+            for job in order:
+                name, side = stream_ab.parse_job(job)
                 if name in backends and not backends[name].get("available", True):
                     continue  # unavailable in an earlier pass (e.g. no MPI): do not retry
-                part = os.path.join(tmp, f"{name}{k}.json")
-                if name in ("mpi", same_job.INLINE):
-                    ok, msg = _launch_mpi(pcfg_path, part, a.timeout, place, backend=name)
-                else:
-                    ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
+                part = os.path.join(tmp, f"{name}{'' if side is None else '@nt' + side}{k}.json")
+                with settings.overridden(stream_ab.job_env(side)):
+                    if name in ("mpi", same_job.INLINE):
+                        ok, msg = _launch_mpi(pcfg_path, part, a.timeout, place, backend=name)
+                    else:
+                        ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
                 if name == same_job.INLINE and not ok and not os.path.exists(part):
                     # MPI is there but its job wrote nothing (mpirun or MPI's set-up failed): MPI's
                     # column is lost, never commlib's. commlib runs alone, now and in later passes.
                     C.log(f"# {name}: {msg}; running commlib alone, without MPI's series")
                     backends["mpi"] = {"available": False, "error": msg, "reason": f"the commlib+mpi job failed: {msg}"}
-                    jobs[jobs.index(name)] = name = "commlib"
+                    jobs[jobs.index(job)] = stream_ab.job_name("commlib", side)
+                    name = "commlib"
                     part = os.path.join(tmp, f"{name}{k}.json")
-                    ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
+                    with settings.overridden(stream_ab.job_env(side)):
+                        ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
                 if os.path.exists(part):
                     with open(part) as f:
                         got = json.load(f)
-                    got_pass += got["records"]
+                    got_pass += stream_ab.named_side(got["records"], side)
                     if name == same_job.INLINE:
                         backends.update(same_job.split_parts(got)[1])
                     else:

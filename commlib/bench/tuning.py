@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from commlib.bench import flag_tuning, single_copy_tuning
+from commlib.bench import flag_tuning, single_copy_tuning, stream_tuning
 from commlib.perf.tuning_path import SWITCH_COST, TOLERANCE, choose_path, rows  # noqa: F401
 from commlib.bench import tuning_picks
 from commlib.bench.tuning_picks import measured_entries, measured_picks  # noqa: F401 (used here and by tests)
@@ -29,15 +29,20 @@ def from_runs(datas, previous=None):
     merged, each marked with its run (``run``: its times are judged against that run's best,
     tuning_picks.relative_times), the model fits of the last run that has them. Each run's records
     keep the placement it was measured on (its config's ``hosts``, see placement_of)."""
+    from commlib.bench import stream_ab
     records, fits = [], {}
     for run, d in enumerate(datas):
         hosts, per_host = placement_of(d.get("config") or {}, d.get("world_size"))
         single = (d.get("config") or {}).get("single_copy", "")
         in_force = (d.get("config") or {}).get("single_copy_in_force")
+        # the "stream" section the run's ranks ran with: a run older than the record ran the rule alone
+        stream_in_force = (d.get("config") or {}).get("stream_in_force", {})
         for r in d.get("results", []):
             r = dict(r, hosts=hosts, ranks_per_host=per_host, single_copy=single, run=run)
             if in_force is not None and str(single) == "auto" and r.get("backend") == "commlib":
                 r["single_copy_ran"] = single_copy_tuning.side_ran(r, in_force)
+            if r.get("backend") == "commlib" and stream_ab.parse(r.get("algorithm", ""))[1] is None:
+                r["stream_ran"] = stream_tuning.side_ran(r, stream_in_force)
             records.append(r)
         fits.update(d.get("model") or {})
     return from_results(records, fits, previous=previous)
@@ -53,12 +58,16 @@ def provenance(datas, table):
     known = [r["seconds"] for r in runs if r["seconds"] is not None]
     records = [dict(r, single_copy=(d.get("config") or {}).get("single_copy", "")) for d in datas
                for r in d.get("results", [])]
-    from commlib.bench import single_copy_ab
+    from commlib.bench import single_copy_ab, stream_ab
     measured = bool(single_copy_tuning.crossovers(single_copy_ab.split_records(records)))
+    streams = bool(stream_tuning.starts(stream_ab.split_records(records)))
     return {"runs": runs, "tuning_seconds": round(sum(known), 1) if known else None,
             "single_copy": "measured by these runs" if measured else
             ("kept from the previous file (no run measured single-copy reads both off and on: "
-             "commlib bench --single-copy-ab)" if table.get("single_copy") else "none")}
+             "commlib bench --single-copy-ab)" if table.get("single_copy") else "none"),
+            "stream": "measured by these runs" if streams else
+            ("kept from the previous file (no run measured streaming stores both off and on: "
+             "commlib bench --stream-ab)" if table.get("stream") else "none")}
 
 
 def placement_of(cfg, world_size=None):
@@ -103,6 +112,9 @@ def main(args) -> int:
     for coll, per in sorted((table.get("flags") or {}).items()):
         print(f"# flags for {coll} up to: " + ", ".join(
             f"P={P} {'none' if e['max_bytes'] < 0 else str(e['max_bytes']) + ' B'}" for P, e in sorted(per.items())))
+    for coll, per in sorted((table.get("stream") or {}).items()):
+        print(f"# streaming stores for {coll} from: " + ", ".join(
+            f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items())))
     if os.path.abspath(path) != os.path.abspath(default_path()):
         print(f"# use it with COMMLIB_TUNING={os.path.abspath(path)}, or install it as {default_path()}")
     return 0
@@ -127,7 +139,7 @@ def machine_section(datas, replaced=None) -> dict:
     import time
     machine = _machine_class(datas)
     kept = (replaced or {}).get("single_copy")
-    previous = {k: (replaced or {}).get(k) for k in ("single_copy", "flags") if (replaced or {}).get(k)}
+    previous = {k: (replaced or {}).get(k) for k in ("single_copy", "flags", "stream") if (replaced or {}).get(k)}
     table = from_runs(datas, previous=previous or None)
     colls = {c: {P: e for P, e in per.items() if e.get("source") == "measured"}
              for c, per in table.get("collectives", {}).items()}
@@ -139,6 +151,8 @@ def machine_section(datas, replaced=None) -> dict:
         section["single_copy"] = table["single_copy"]
     if table.get("flags"):  # where these runs saw the flags lose, else kept
         section["flags"] = table["flags"]
+    if table.get("stream"):  # measured by these runs' --stream-ab, else kept
+        section["stream"] = table["stream"]
     if prov["single_copy"] != "measured by these runs" and kept:
         prov["single_copy"] = ("kept from the section this one replaced (no run measured single-copy "
                                "reads both off and on: commlib bench --single-copy-ab)")
@@ -169,7 +183,9 @@ def write_machine_section(path, datas) -> int:
           + ("" if "single_copy" not in section else "; single-copy crossovers " + (
               "measured" if section["provenance"]["single_copy"] == "measured by these runs" else "kept"))
           + "".join(f"; flags for {c} up to " + ", ".join(f"P={P} {e['max_bytes']} B" for P, e in sorted(per.items()))
-                    for c, per in sorted(section.get("flags", {}).items())))
+                    for c, per in sorted(section.get("flags", {}).items()))
+          + "".join(f"; streaming stores for {c} from " + ", ".join(f"P={P} {e['min_bytes']} B" for P, e in sorted(per.items()))
+                    for c, per in sorted(section.get("stream", {}).items())))
     return 0
 
 
@@ -185,11 +201,13 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
     rows of the communicator's host count (commlib.core.tuning). Runs of one world size on several
     host counts cannot share an entry: the one with the most hosts is kept."""
     from commlib.perf import model
-    from commlib.bench import device_tuning, single_copy_ab
+    from commlib.bench import device_tuning, single_copy_ab, stream_ab
     records = single_copy_ab.split_records(records)  # --single-copy-ab runs: both sides of one job
+    records = stream_ab.split_records(records)  # --stream-ab runs: each side's job
     all_records = records
     records = device_tuning.split(records)[0]  # device records make the kernel_path / device_path sections
     records, single_copy = single_copy_tuning.choose(records, previous)
+    records, stream = stream_tuning.choose(records, previous)
     records = tuning_picks.usual_mode(records)  # the rows serve the usual call's mode
     colls = {}
     if previous:
@@ -247,4 +265,6 @@ def from_results(records, fits=None, previous=None, model_span=2, hosts=1, ranks
         out["single_copy"] = single_copy
     if flag_section:
         out["flags"] = flag_section
+    if stream:
+        out["stream"] = stream
     return device_tuning.add_device_sections(out, all_records, previous)

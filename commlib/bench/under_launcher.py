@@ -28,6 +28,8 @@ def _world_size_env():
 
 def run_inside(a, cfg, command) -> int:
     """One rank of a run started by a launcher: commlib, then the peers that can run here; rank 0 finishes."""
+    if cfg.get("stream_ab"):  # its sides are separate jobs, which only the local run starts
+        raise SystemExit("commlib bench: --stream-ab runs local ranks only (not inside torchrun/srun/mpirun)")
     P = _world_size_env()
     cfg["world_size"] = P
     results, backends, status = [], {}, 0

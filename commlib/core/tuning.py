@@ -32,9 +32,16 @@ write per rank read by every rank, instead of the algorithm's schedule), -1 for 
 entry every call whose input fits a flag slot (8 KiB) goes through the flags
 (csrc/policy/flag_cutoff.h).
 
+A ``"stream"`` section (``{"all_gather": {"4": {"min_bytes": -1}}}``) holds, per collective and world
+size, the call size (auto's bytes) from which the call's copies measured faster with streaming
+(non-temporal) stores, -1 for never: measured by ``commlib tune`` from ``commlib bench --stream-ab``
+runs (commlib/bench/stream_tuning.py). Without an entry, and whenever COMMLIB_STREAM_BYTES is set,
+a call streams when its outputs, all ranks together, hold COMMLIB_STREAM_BYTES (32 MiB) or more
+(csrc/policy/stream_stores.h).
+
 A ``"machines"`` list holds tables measured on other machine classes: each element is
 ``{"machine": {"cpu": "<model name of /proc/cpuinfo>", "cores": N}, "collectives": {...},
-"single_copy": {...}, "flags": {...}, "provenance": {...}}``. On a machine whose CPU model and core count equal a
+"single_copy": {...}, "flags": {...}, "stream": {...}, "provenance": {...}}``. On a machine whose CPU model and core count equal a
 section's (:func:`this_machine`), that section's entries replace the top level's, per collective and
 world size (entries it does not name stay): the crossovers and the algorithms' order change with the
 CPU (bench/RESULTS_collectives.md, session 29: the AMD EPYC table on an Intel Xeon missed T5 at 9-17 of
@@ -88,7 +95,7 @@ def this_machine() -> dict:
     return {"cpu": cpu or platform.processor() or platform.machine(), "cores": os.cpu_count()}
 
 
-_SECTION_KEYS = ("collectives", "single_copy", "flags")  # what a machine section may replace
+_SECTION_KEYS = ("collectives", "single_copy", "flags", "stream")  # what a machine section may replace
 
 
 def _check_sections(table: dict):
@@ -105,7 +112,7 @@ def _check_sections(table: dict):
 def for_machine(table: dict, machine=None) -> dict:
     """``table`` as it applies on ``machine`` (default: :func:`this_machine`): the first ``"machines"``
     section whose cpu and cores equal the machine's replaces the top level's entries per (collective,
-    world size), in its ``"collectives"``, ``"single_copy"`` and ``"flags"`` sections; the result has no
+    world size), in its ``"collectives"``, ``"single_copy"``, ``"flags"`` and ``"stream"`` sections; the result has no
     ``"machines"`` key and says which section it took (``"machine_section"``: its index, or None)."""
     secs = _check_sections(table)
     machine = machine or this_machine()
@@ -199,6 +206,10 @@ class _Engine:
     def set_flag_cutoffs(cutoffs) -> None:
         _C.set_flag_cutoffs({call_spec.collective(c): per for c, per in cutoffs.items()})
 
+    @staticmethod
+    def set_streaming_starts(starts) -> None:
+        _C.set_streaming_starts({call_spec.collective(c): per for c, per in starts.items()})
+
 
 def install(table: dict, core=None):
     """Install every collective's rows with _C.set_tuning; return the collectives installed. Each
@@ -221,7 +232,25 @@ def install(table: dict, core=None):
             core.set_single_copy_crossovers(coll, per, messages.get(coll, {}))
     if hasattr(core, "set_flag_cutoffs"):  # the whole table: one without the section clears them
         core.set_flag_cutoffs(flag_cutoffs(table))
+    if hasattr(core, "set_streaming_starts"):  # likewise
+        core.set_streaming_starts(streaming_starts(table))
     return done
+
+
+def streaming_starts(table: dict) -> dict:
+    """{collective: {world size: the smallest call whose copies stream (-1 never)}} of the table's
+    ``"stream"`` section."""
+    out = {}
+    for coll, per in (table.get("stream") or {}).items():
+        call_spec.collective(coll)  # an unknown name raises, naming it
+        for P, entry in per.items():
+            mb = entry.get("min_bytes") if isinstance(entry, dict) else None
+            if not isinstance(mb, int) or isinstance(mb, bool) or mb < -1:
+                raise ValueError(f"stream: {coll} world size {P}: min_bytes must be an integer >= -1, got {mb!r}")
+            if not str(P).isdigit() or int(P) < 1:
+                raise ValueError(f"stream: {coll}: world size must be an integer >= 1, got {P!r}")
+            out.setdefault(coll, {})[int(P)] = mb
+    return out
 
 
 def flag_cutoffs(table: dict) -> dict:

@@ -158,6 +158,9 @@ void bind_comm(py::module_& m) {
       .def("single_copy_sends", &Communicator::single_copy_sends,
            "Messages this rank has sent single-copy (its peer read them from this rank's buffer), counted "
            "as each is decided: which form a call's messages took (COMMLIB_CMA, the tuning's crossovers).")
+      .def("streamed_calls", &Communicator::streamed_calls,
+           "Calls this rank ran with streaming (non-temporal) stores, counted as each decides: which way the "
+           "tuning's \"stream\" entries and COMMLIB_STREAM_BYTES sent a call.")
       .def("steps_ahead", &Communicator::steps_ahead,
            "Steps of laned calls (an algorithm of several schedule lanes) that finished while a step listed "
            "before them had not: the overlap the host executor's lanes gave (0 when a call runs in list order).")

@@ -12,6 +12,7 @@
 #include "policy/device_path_tuning.h"
 #include "policy/flag_cutoff.h"
 #include "policy/single_copy.h"
+#include "policy/stream_stores.h"
 #include "stream/kernel_path.h"
 #include "schedule/hierarchical_layout.h"
 #include "schedule/registry.h"
@@ -277,9 +278,18 @@ void bind_schedule(py::module_& m) {
         set_device_path_crossovers({});
         clear_single_copy_crossovers();
         clear_flag_cutoffs();
+        clear_streaming_starts();
       },
-      "Drop every tuning row, the device_path and single_copy crossovers and the flags cutoffs (auto's built-in "
-      "rules again).");
+      "Drop every tuning row, the device_path and single_copy crossovers, the flags cutoffs and the stream starts "
+      "(auto's built-in rules again).");
+  m.def(
+      "set_streaming_starts", [](const std::map<Collective, std::map<int, int64_t>>& table) { set_streaming_starts(table); },
+      py::arg("table"),
+      "Replace the \"stream\" starts: {collective: {world size: the smallest call (per-rank count x element size) "
+      "whose copies use streaming stores, -1 never}}; world sizes without one: the COMMLIB_STREAM_BYTES footprint rule.");
+  m.def(
+      "streaming_start", [](Collective c, int size) { return streaming_start(c, size); }, py::arg("collective"),
+      py::arg("world_size"), "The installed \"stream\" start of (collective, world size), or -2 without one.");
   m.def(
       "set_flag_cutoffs", [](const std::map<Collective, std::map<int, int64_t>>& table) { set_flag_cutoffs(table); },
       py::arg("table"),

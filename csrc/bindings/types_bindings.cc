@@ -69,6 +69,9 @@ void bind_types(py::module_& m) {
      "for int and bytes settings, else None.");
   m.def("setting", [](const std::string& name) { return param_string(name); }, py::arg("name"),
         "The value of a declared COMMLIB_* variable (its default when unset or empty).");
+  m.def("setting_is_set", [](const std::string& name) { return param_set(name); }, py::arg("name"),
+        "Whether the environment sets a declared COMMLIB_* variable to a non-empty value (its default does "
+        "not count).");
   m.def("setting_int", [](const std::string& name) { return param_int(name); }, py::arg("name"),
         "An int or bytes COMMLIB_* variable as an integer, checked against its declared range "
         "(ValueError naming it otherwise).");

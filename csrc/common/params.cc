@@ -29,7 +29,8 @@ const std::vector<Param> kParams = {
      "auto's tuning file (unset: commlib/core/tuning.json; 0: none)"},
     {"COMMLIB_STREAM_BYTES", "bytes", "33554432",
      "a collective whose outputs, all ranks together, hold at least this much writes with "
-     "non-temporal stores (0: never)", 0, INT64_MAX},
+     "non-temporal stores (0: never); unset: the tuning file's \"stream\" entry of the collective and "
+     "world size where it has one", 0, INT64_MAX},
     {"COMMLIB_COPY_CHUNK_BYTES", "bytes", "65536",
      "chunk size of collectives that only move data, on 4 or more ranks (0: the channel's)", 0, INT64_MAX},
     {"COMMLIB_COMPRESS_PIECE_BYTES", "bytes", "262144",

@@ -68,6 +68,8 @@ class Communicator {
   uint64_t bytes_sent() const { return exec_.bytes_sent(); }
   // Messages this rank sent single-copy (Executor::single_copy_sends).
   uint64_t single_copy_sends() const { return exec_.single_copy_sends(); }
+  // Calls that streamed their copies (Executor::streamed_calls).
+  uint64_t streamed_calls() const { return exec_.streamed_calls(); }
   // Steps of laned calls that finished ahead of a step listed before them (Executor::steps_ahead).
   uint64_t steps_ahead() const { return exec_.steps_ahead(); }
   // The most intra-window steps of a laned call running at once on this rank (Executor::intra_in_flight_max).
@@ -194,7 +196,7 @@ class Communicator {
   // (count x esize) auto sends through the flags (policy/flag_cutoff.h, read with the plan).
   FlagRoute flag_route(Collective coll, int64_t count, size_t esize, bool auto_chose, bool shared_unencoded,
                        int64_t flags_max) const;
-  void run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes);
+  void run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes, bool stream);
   // A private copy of the input: premul_sum scales into it; in-place all_to_all reads from it.
   char* input_copy(size_t bytes);
   void record_failure(const CommError& e, ErrorKind kind);

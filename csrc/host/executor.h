@@ -17,6 +17,7 @@
 #include "common/listener_list.h"
 #include "host/ring_stores.h"
 #include "policy/single_copy.h"
+#include "policy/stream_stores.h"
 #include "common/types.h"
 #include "schedule/ir.h"
 #include "transport/fabric.h"
@@ -81,6 +82,10 @@ struct ExecOptions {
   // were slower. (A VM's sysconf can report the host's L3, e.g. 384 MiB, so it is not derived from
   // it.) Point-to-point messages stream from this size on. COMMLIB_STREAM_BYTES overrides.
   size_t stream_bytes = size_t{32} << 20;
+  // Collectives: the tuning file's "stream" entry of the call's collective and world size decides
+  // where it has one (policy/stream_stores.h: measured per machine); the rule above where not. False
+  // when COMMLIB_STREAM_BYTES is set: the rule alone.
+  bool stream_tuned = true;
   // Chunk size of collectives that only move data (no reduction) on 4 or more ranks; 0: the
   // transport's (256 KiB). Measured on 2 cores, 16 MiB: all_to_all 4.2 -> 3.4 ms on 4 ranks and
   // 12.3 -> 9.3 ms on 8 with 64 KiB chunks (the chunks in flight between 4-8 ranks then stay in
@@ -176,11 +181,19 @@ class Executor {
   // The "shared" broadcast through the root's stream (SharedFlags' streams), when every rank is on
   // this host and the transport has streams; the same on every rank of a call.
   bool stream_fits() const;
-  void stream_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call);
+  // `stream`: the call streams (streams_call), as begin_call takes it.
+  void stream_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call, bool stream);
 
-  void begin_call(size_t footprint_bytes, size_t chunk_cap = 0, int64_t single_copy_min = -1) {
+  // Whether a call streams its copies (policy/stream_stores.h stream_call): `tuned` is its plan's
+  // "stream" entry (kStreamNoEntry: none, as for point-to-point), `call_bytes` auto's bytes and
+  // `footprint_bytes` its outputs on every rank together. Every rank of a call decides alike.
+  bool streams_call(int64_t tuned, int64_t call_bytes, size_t footprint_bytes) const {
+    return stream_call(opts_.stream_tuned, tuned, call_bytes, footprint_bytes, opts_.stream_bytes);
+  }
+  void begin_call(bool stream, size_t chunk_cap = 0, int64_t single_copy_min = -1) {
     spin_ = true;
-    stream_call_ = opts_.stream_bytes && footprint_bytes >= opts_.stream_bytes;
+    stream_call_ = stream;
+    if (stream) bump(streamed_calls_);
     chunk_cap_ = chunk_cap;
     single_copy_min_ = single_copy_min < 0 ? SIZE_MAX : std::max<size_t>(1, static_cast<size_t>(single_copy_min));
   }
@@ -192,6 +205,10 @@ class Executor {
   // Messages this rank sent single-copy (its peer read them from its buffer), as each is decided:
   // tests see which form the crossovers chose. Read from any thread.
   uint64_t single_copy_sends() const { return single_copy_sends_.load(std::memory_order_relaxed); }
+  // Calls that wrote their copies with streaming stores (begin_call's and the shared broadcast's
+  // decisions, counted as taken): tests see which way the "stream" entries and COMMLIB_STREAM_BYTES
+  // sent a call. Read from any thread.
+  uint64_t streamed_calls() const { return streamed_calls_.load(std::memory_order_relaxed); }
 
  private:
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
@@ -276,6 +293,7 @@ class Executor {
   std::vector<ExecOp> ops_watched_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> single_copy_sends_{0};
+  std::atomic<uint64_t> streamed_calls_{0};
   std::atomic<uint64_t> steps_ahead_{0};
   std::atomic<uint64_t> intra_in_flight_max_{0};
   std::atomic<uint64_t> parked_bytes_{0};

@@ -163,7 +163,8 @@ bool Executor::stream_fits() const {
 
 // One broadcast through the root's stream: a header line (the call and its size), then the bytes,
 // padded to a line. Every rank runs every broadcast, so each keeps every root's position alike.
-void Executor::stream_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call) {
+void Executor::stream_broadcast(const char* src, char* dst, size_t bytes, int root, const CallDesc& call,
+                                bool stream) {
   SharedFlags& f = *t_.shared_flags();
   const int me = t_.rank(), P = t_.size();
   const uint64_t ring = f.stream_bytes();
@@ -234,8 +235,9 @@ void Executor::stream_broadcast(const char* src, char* dst, size_t bytes, int ro
     fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " in " + describe_call(call) + " found rank " +
                                   std::to_string(root) + "'s broadcast stream holding " + describe_call(h.desc) + " (" +
                                   std::to_string(h.bytes) + " bytes); expected " + std::to_string(bytes) + " bytes");
-  // Non-temporal stores as begin_call would decide them for this call (all ranks' outputs together).
-  const bool nt = opts_.stream_bytes && bytes * P >= opts_.stream_bytes && bytes >= (size_t{64} << 10);
+  // Non-temporal stores as the call decided them (streams_call), from 64 KiB as streams() takes them.
+  const bool nt = stream && bytes >= (size_t{64} << 10);
+  if (nt) bump(streamed_calls_);
   for (uint64_t p = data; p < data + bytes;) {
     until(p + 1);
     const uint64_t n = piece(p, std::min(seen, data + bytes) - p);

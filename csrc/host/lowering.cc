@@ -85,7 +85,8 @@ Communicator::FlagRoute Communicator::flag_route(Collective coll, int64_t count,
                                                                                            : FlagRoute::None;
 }
 
-void Communicator::run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes) {
+void Communicator::run_flag_call(const CollectiveCall& call, FlagRoute route, const CallDesc& desc, size_t bytes,
+                                 bool stream) {
   const char* in = reinterpret_cast<const char*>(call.input);
   char* out = reinterpret_cast<char*>(call.output);
   switch (route) {
@@ -107,7 +108,7 @@ void Communicator::run_flag_call(const CollectiveCall& call, FlagRoute route, co
       return;
     }
     case FlagRoute::Stream:
-      exec_.stream_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
+      exec_.stream_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc, stream);
       return;
     case FlagRoute::Broadcast:
       exec_.flag_broadcast(in ? in : out, out ? out : const_cast<char*>(in), bytes, call.root, desc);
@@ -151,14 +152,15 @@ void Communicator::run_collective(const CollectiveCall& call, uint64_t seq) {
   const auto t0 = opts_.debug >= 2 ? Clock::now() : Clock::time_point{};
   try {
     exec_.check_peers_failed(desc);
+    // The root's output (the largest) stands for every rank's: all ranks must decide alike.
+    const bool stream =
+        exec_.streams_call(planned.streaming_start, bytes, static_cast<size_t>(planned.root_output) * esize * size_);
     if (route != FlagRoute::None) {
-      run_flag_call(call, route, desc, static_cast<size_t>(bytes));
+      run_flag_call(call, route, desc, static_cast<size_t>(bytes), stream);
       return;
     }
     const size_t copy_chunk = (!collective_reduces(call.coll) && size_ >= 4) ? exec_.options().copy_chunk_bytes : 0;
-    // The root's output (the largest) stands for every rank's: all ranks must decide alike.
-    exec_.begin_call(static_cast<size_t>(planned.root_output) * esize * size_, copy_chunk,
-                     single_copy_min_message(exec_.options().single_copy, planned.single_copy_auto));
+    exec_.begin_call(stream, copy_chunk, single_copy_min_message(exec_.options().single_copy, planned.single_copy_auto));
 
     char* in = reinterpret_cast<char*>(call.input);
     char* out = reinterpret_cast<char*>(call.output);
@@ -288,7 +290,8 @@ void Communicator::run_p2p(const std::vector<P2PItem>& items, DType dtype, const
     exec_.check_peers_failed(call);
     size_t largest = 0;
     for (const ExecOp& e : ops_) largest = std::max(largest, e.bytes);
-    exec_.begin_call(largest, 0, p2p_single_copy_min(static_cast<int64_t>(largest)));
+    exec_.begin_call(exec_.streams_call(kStreamNoEntry, static_cast<int64_t>(largest), largest), 0,
+                     p2p_single_copy_min(static_cast<int64_t>(largest)));
     exec_.run_step(ops_, dtype, RedOp::Sum, call);
   } catch (const CommError& e) {
     fail_communicator(e);

@@ -8,6 +8,7 @@
 #include "policy/auto_policy.h"
 #include "policy/flag_cutoff.h"
 #include "policy/single_copy.h"
+#include "policy/stream_stores.h"
 #include "schedule/lanes.h"
 #include "schedule/registry.h"
 
@@ -89,6 +90,7 @@ const std::shared_ptr<const ResolvedPlan>& PlanCache::find(const CollectiveCall&
     const int64_t bytes = call.count * static_cast<int64_t>(dtype_size(call.dtype));
     p.single_copy_auto = single_copy_auto_min(call.coll, bytes, ctx_.size);
     p.flags_max = flag_cutoff(call.coll, ctx_.size);
+    p.streaming_start = streaming_start(call.coll, ctx_.size);
     p.root_output = buffer_shapes(call.coll, call.count, ctx_.size, call.root, call.root).output;
     for (const Step& st : p.sched.steps)
       for (const Op& o : st.ops)

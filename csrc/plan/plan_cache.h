@@ -16,6 +16,7 @@
 #include "plan/call.h"
 #include "policy/auto_policy.h"
 #include "policy/flag_cutoff.h"
+#include "policy/stream_stores.h"
 #include "schedule/ir.h"
 
 namespace commlib {
@@ -55,6 +56,9 @@ struct ResolvedPlan {
   // the largest call auto sends through the flags (policy/flag_cutoff.h; kFlagsAnySize: the slot
   // decides), read under its table's lock here, not at every call,
   int64_t flags_max = kFlagsAnySize;
+  // from which call size its copies stream (policy/stream_stores.h; kStreamNoEntry: the footprint
+  // rule decides), read the same way,
+  int64_t streaming_start = kStreamNoEntry;
   // and the root's output in elements (what every rank's footprint of the call is reckoned from).
   int64_t root_output = 0;
   // The algorithm's lanes for this call (schedule/lanes.h; 1: list order): more than one, the host
