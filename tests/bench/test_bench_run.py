@@ -99,3 +99,14 @@ def test_single_copy_sides_in_one_job(tmp_path):
     assert sides["1"] == sides["16K"] == sides["32K"] == "" and "COMMLIB_CMA=0" in sides["0"]
     # the report reads the variants as their algorithms where the cost model is asked
     assert os.path.getsize(report.generate([data], str(tmp_path / "rep"))) > 10000
+
+
+def test_streaming_sides_in_separate_jobs(tmp_path):
+    """--stream-ab: commlib's job once with streaming stores never and once always in every pass
+    (stream_ab.py says why not one job), every record named by its side and checked."""
+    data, _ = _bench(tmp_path, ["all_gather", "--np", "2", "-b", "64K", "-e", "256K", "-f", "4", "--algorithms",
+                                "direct,auto", "-n", "2", "-w", "1", "--peers", "none", "--stream-ab", "--mode", "out"])
+    assert {r["algorithm"] for r in data["results"]} == {f"{a}@nt{s}" for a in ("direct", "auto") for s in "01"}
+    assert all(r["wrong"] == 0 for r in data["results"]) and len(data["results"]) == 8
+    assert data["config"]["stream_ab"] is True and data["config"]["stream_in_force"] is None
+    assert data["config"]["jobs"] == ["commlib@nt0", "commlib@nt1"] and data["config"]["passes"] == 2
