@@ -237,36 +237,32 @@ def install(table: dict, core=None):
     return done
 
 
+def _per_world_size(table: dict, section: str, field: str) -> dict:
+    """{collective: {world size: the integer ``field`` (-1 for never)}} of a section shaped
+    ``{collective: {"P": {field: n}}}``; ValueError naming a bad entry."""
+    out = {}
+    for coll, per in (table.get(section) or {}).items():
+        call_spec.collective(coll)  # an unknown name raises, naming it
+        for P, entry in per.items():
+            n = entry.get(field) if isinstance(entry, dict) else None
+            if not isinstance(n, int) or isinstance(n, bool) or n < -1:
+                raise ValueError(f"{section}: {coll} world size {P}: {field} must be an integer >= -1, got {n!r}")
+            if not str(P).isdigit() or int(P) < 1:
+                raise ValueError(f"{section}: {coll}: world size must be an integer >= 1, got {P!r}")
+            out.setdefault(coll, {})[int(P)] = n
+    return out
+
+
 def streaming_starts(table: dict) -> dict:
     """{collective: {world size: the smallest call whose copies stream (-1 never)}} of the table's
     ``"stream"`` section."""
-    out = {}
-    for coll, per in (table.get("stream") or {}).items():
-        call_spec.collective(coll)  # an unknown name raises, naming it
-        for P, entry in per.items():
-            mb = entry.get("min_bytes") if isinstance(entry, dict) else None
-            if not isinstance(mb, int) or isinstance(mb, bool) or mb < -1:
-                raise ValueError(f"stream: {coll} world size {P}: min_bytes must be an integer >= -1, got {mb!r}")
-            if not str(P).isdigit() or int(P) < 1:
-                raise ValueError(f"stream: {coll}: world size must be an integer >= 1, got {P!r}")
-            out.setdefault(coll, {})[int(P)] = mb
-    return out
+    return _per_world_size(table, "stream", "min_bytes")
 
 
 def flag_cutoffs(table: dict) -> dict:
     """{collective: {world size: the largest call auto sends through the flags (-1 none)}} of the
     table's ``"flags"`` section."""
-    out = {}
-    for coll, per in (table.get("flags") or {}).items():
-        call_spec.collective(coll)  # an unknown name raises, naming it
-        for P, entry in per.items():
-            mb = entry.get("max_bytes") if isinstance(entry, dict) else None
-            if not isinstance(mb, int) or isinstance(mb, bool) or mb < -1:
-                raise ValueError(f"flags: {coll} world size {P}: max_bytes must be an integer >= -1, got {mb!r}")
-            if not str(P).isdigit() or int(P) < 1:
-                raise ValueError(f"flags: {coll}: world size must be an integer >= 1, got {P!r}")
-            out.setdefault(coll, {})[int(P)] = mb
-    return out
+    return _per_world_size(table, "flags", "max_bytes")
 
 
 def single_copy_crossovers(table: dict) -> dict:

@@ -1,43 +1,21 @@
 // See flag_cutoff.h.
 #include "policy/flag_cutoff.h"
 
-#include <mutex>
-#include <stdexcept>
-#include <string>
-
-#include "policy/auto_policy.h"
+#include "policy/collective_table.h"
 
 namespace commlib {
 
 namespace {
-std::mutex g_mu;
-std::map<Collective, std::map<int, int64_t>> g_cutoffs;
+CollectiveSizeTable& cutoffs() {
+  static CollectiveSizeTable t("flags", "max_bytes");
+  return t;
+}
 }  // namespace
 
-void set_flag_cutoffs(const std::map<Collective, std::map<int, int64_t>>& table) {
-  for (const auto& [c, per] : table)
-    for (const auto& [size, bytes] : per) {
-      // (named as the tuning file's loader names them: commlib/core/tuning.py)
-      const std::string where = "flags: " + std::string(collective_name(c)) + " world size " + std::to_string(size);
-      if (size < 1) throw std::invalid_argument(where + ": the world size must be >= 1");
-      if (bytes < -1)
-        throw std::invalid_argument(where + ": max_bytes must be -1 (never) or >= 0, got " + std::to_string(bytes));
-    }
-  {
-    std::lock_guard<std::mutex> lk(g_mu);
-    g_cutoffs = table;
-  }
-  bump_tuning_generation();  // a plan built from the old table is dropped at its next call
-}
+void set_flag_cutoffs(const std::map<Collective, std::map<int, int64_t>>& table) { cutoffs().replace(table); }
 
 void clear_flag_cutoffs() { set_flag_cutoffs({}); }
 
-int64_t flag_cutoff(Collective c, int size) {
-  std::lock_guard<std::mutex> lk(g_mu);
-  const auto per = g_cutoffs.find(c);
-  if (per == g_cutoffs.end()) return kFlagsAnySize;
-  const auto it = per->second.find(size);
-  return it == per->second.end() ? kFlagsAnySize : it->second;
-}
+int64_t flag_cutoff(Collective c, int size) { return cutoffs().get(c, size, kFlagsAnySize); }
 
 }  // namespace commlib
