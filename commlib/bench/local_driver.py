@@ -157,7 +157,7 @@ def run_local(a, cfg, command, place) -> int:
                 if os.path.exists(part):
                     with open(part) as f:
                         got = json.load(f)
-                    got_pass += stream_ab.named_side(got["records"], side)
+                    got_pass += stream_ab.named_side(got["records"], side, got["info"])
                     if name == same_job.INLINE:
                         backends.update(same_job.split_parts(got)[1])
                     else:

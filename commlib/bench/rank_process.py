@@ -90,6 +90,9 @@ def run_backend(name: str, cfg: dict):
             info.update(backend.extra_info(cfg))
         if name == "mpi":
             info["library"] = backend.library_version()
+        if name.startswith("commlib"):  # what --stream-ab's driver checks each side's job ran with
+            from commlib import settings
+            info["stream_bytes"] = settings.get("COMMLIB_STREAM_BYTES") if settings.is_set("COMMLIB_STREAM_BYTES") else None
         if name == "commlib+mpi":
             info["inline_mpi"] = {"available": True, "transport": backend.mpi.transport, "same_job": True,
                                   "library": backend.mpi.library_version()}

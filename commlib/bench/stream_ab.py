@@ -47,10 +47,16 @@ def job_env(side) -> dict:
     return {} if side is None else {"COMMLIB_STREAM_BYTES": side}
 
 
-def named_side(records, side):
-    """A side's job's records with commlib's algorithms named by the side; others as they are."""
+def named_side(records, side, info=None):
+    """A side's job's records with commlib's algorithms named by the side; others as they are. ``info``:
+    the job's (rank_process.run_backend), whose ``stream_bytes`` must be the side's setting, else the
+    setting did not reach the ranks (a launcher that does not pass the environment on) and the records
+    would be named for a side they did not run: RuntimeError."""
     if side is None:
         return records
+    if info is not None and info.get("stream_bytes") != side:
+        raise RuntimeError(f"commlib bench --stream-ab: the job of side {side} ran with COMMLIB_STREAM_BYTES="
+                           f"{info.get('stream_bytes')!r} (the setting did not reach its ranks)")
     return [dict(r, algorithm=variant(r["algorithm"], side)) if r.get("backend") == "commlib" else r
             for r in records]
 

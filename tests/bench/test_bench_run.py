@@ -110,3 +110,4 @@ def test_streaming_sides_in_separate_jobs(tmp_path):
     assert all(r["wrong"] == 0 for r in data["results"]) and len(data["results"]) == 8
     assert data["config"]["stream_ab"] is True and data["config"]["stream_in_force"] is None
     assert data["config"]["jobs"] == ["commlib@nt0", "commlib@nt1"] and data["config"]["passes"] == 2
+    assert data["backends"]["commlib"]["stream_bytes"] in ("0", "1")  # each side's job ran with its setting

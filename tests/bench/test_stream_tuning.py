@@ -49,6 +49,9 @@ def test_the_names_of_a_side():
     recs = [{"backend": "commlib", "algorithm": "ring"}, {"backend": "mpi", "algorithm": "mpi"}]
     assert [r["algorithm"] for r in stream_ab.named_side(recs, "0")] == ["ring@nt0", "mpi"]
     assert stream_ab.named_side(recs, None) is recs
+    assert stream_ab.named_side(recs, "1", {"stream_bytes": "1"})[0]["algorithm"] == "ring@nt1"
+    with pytest.raises(RuntimeError, match="side 1 ran with COMMLIB_STREAM_BYTES=None"):
+        stream_ab.named_side(recs, "1", {"stream_bytes": None})
     split = stream_ab.split_records([{"algorithm": "ring@nt1"}, {"algorithm": "mpi"}])
     assert split == [{"algorithm": "ring", "stream_stores": "1"}, {"algorithm": "mpi"}]
 
@@ -141,7 +144,7 @@ def test_the_local_run_starts_commlibs_job_once_per_side(monkeypatch):
         launched.append((backend, os.environ.get("COMMLIB_STREAM_BYTES")))
         with open(part, "w") as f:
             json.dump({"records": [{"backend": "commlib", "algorithm": "ring"}, {"backend": "mpi", "algorithm": "mpi"}],
-                       "parts": {}, "info": {"available": True}}, f)
+                       "parts": {}, "info": {"available": True, "stream_bytes": os.environ.get("COMMLIB_STREAM_BYTES")}}, f)
         return True, ""
 
     def fake_local(name, cfg_path, part, timeout, place):
