@@ -138,7 +138,7 @@ def run_local(a, cfg, command, place) -> int:
                 name, side = stream_ab.parse_job(job)
                 if name in backends and not backends[name].get("available", True):
                     continue  # unavailable in an earlier pass (e.g. no MPI): do not retry
-                part = os.path.join(tmp, f"{name}{'' if side is None else '@nt' + side}{k}.json")
+                part = os.path.join(tmp, f"{job}{k}.json")
                 with settings.overridden(stream_ab.job_env(side)):
                     if name in ("mpi", same_job.INLINE):
                         ok, msg = _launch_mpi(pcfg_path, part, a.timeout, place, backend=name)
@@ -150,8 +150,9 @@ def run_local(a, cfg, command, place) -> int:
                     C.log(f"# {name}: {msg}; running commlib alone, without MPI's series")
                     backends["mpi"] = {"available": False, "error": msg, "reason": f"the commlib+mpi job failed: {msg}"}
                     jobs[jobs.index(job)] = stream_ab.job_name("commlib", side)
+                    job = stream_ab.job_name("commlib", side)
                     name = "commlib"
-                    part = os.path.join(tmp, f"{name}{k}.json")
+                    part = os.path.join(tmp, f"{job}{k}.json")
                     with settings.overridden(stream_ab.job_env(side)):
                         ok, msg = _launch_local(name, pcfg_path, part, a.timeout, place)
                 if os.path.exists(part):

@@ -184,7 +184,8 @@ def write_machine_section(path, datas) -> int:
               "measured" if section["provenance"]["single_copy"] == "measured by these runs" else "kept"))
           + "".join(f"; flags for {c} up to " + ", ".join(f"P={P} {e['max_bytes']} B" for P, e in sorted(per.items()))
                     for c, per in sorted(section.get("flags", {}).items()))
-          + "".join(f"; streaming stores for {c} from " + ", ".join(f"P={P} {e['min_bytes']} B" for P, e in sorted(per.items()))
+          + "".join(f"; streaming stores for {c} from " + ", ".join(
+              f"P={P} {'never' if e['min_bytes'] < 0 else str(e['min_bytes']) + ' B'}" for P, e in sorted(per.items()))
                     for c, per in sorted(section.get("stream", {}).items())))
     return 0
 

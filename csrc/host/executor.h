@@ -212,7 +212,8 @@ class Executor {
 
  private:
   // Messages under 64 KiB never stream: the fence would cost more than the cache lines it saves.
-  bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= (size_t{64} << 10); }
+  static constexpr size_t kStreamMinBytes = size_t{64} << 10;
+  bool streams(size_t message_bytes) const { return stream_call_ && message_bytes >= kStreamMinBytes; }
   // Messages from this size on go zero-copy where the link allows (sends written from the caller's
   // buffer, receives landed in it). Below it a copy costs less than the bookkeeping, and a copied
   // send completes at once, so small sends never wait for the peer to read.

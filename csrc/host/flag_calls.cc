@@ -235,8 +235,8 @@ void Executor::stream_broadcast(const char* src, char* dst, size_t bytes, int ro
     fail(ErrorKind::Mismatch, "rank " + std::to_string(me) + " in " + describe_call(call) + " found rank " +
                                   std::to_string(root) + "'s broadcast stream holding " + describe_call(h.desc) + " (" +
                                   std::to_string(h.bytes) + " bytes); expected " + std::to_string(bytes) + " bytes");
-  // Non-temporal stores as the call decided them (streams_call), from 64 KiB as streams() takes them.
-  const bool nt = stream && bytes >= (size_t{64} << 10);
+  // Non-temporal stores as the call decided them (streams_call), from the size streams() takes them.
+  const bool nt = stream && bytes >= kStreamMinBytes;
   if (nt) bump(streamed_calls_);
   for (uint64_t p = data; p < data + bytes;) {
     until(p + 1);
