@@ -11,7 +11,7 @@ How a time is measured (documented in the report and the README):
    most ``--max-iters``; see :func:`iteration_counts`), then a barrier;
 2. those timed calls back to back (no barrier between them), split into ``--rounds`` rounds that
    interleave the algorithms of one size (see :class:`Sweep`), and ``--close-rounds`` more rounds of
-   the series whose medians so far decide a close verdict (T5, or Open MPI against auto: see
+   the series whose medians so far decide a close verdict (T5, or Open MPI against auto or commlib's best row: see
    commlib/bench/close_calls.py; the record's ``close_rounds`` says so); every rank records each call's
    duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
    done when its slowest rank is done);

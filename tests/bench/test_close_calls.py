@@ -1,6 +1,7 @@
 """commlib bench --close-rounds (commlib/bench/close_calls.py, commlib/bench/sweep.py): a verdict a
-10% move of one series would turn (T5, Open MPI against auto) gets more interleaved rounds for the
-series deciding it, and only those; a verdict far from its threshold costs nothing more."""
+10% move of one series would turn (T5, Open MPI against auto and against commlib's best row) gets
+more interleaved rounds for the series deciding it, and only those; a verdict far from its threshold
+costs nothing more."""
 import io
 
 import numpy as np
@@ -29,11 +30,28 @@ def test_a_clear_t5_miss_and_a_clear_pass_are_not_close():
 
 
 def test_open_mpi_within_a_margin_of_auto_is_close_either_side():
+    # ring is auto's algorithm and commlib's best row: both verdicts are close, and ring's own row
+    # decides the summary's (Open MPI over commlib's best)
     meds = {"ring": 100.0, "direct": 300.0, "auto": 100.0}
-    assert close_series(dict(meds, mpi=103.0), "ring", "mpi") == {"auto", "mpi"}
-    assert close_series(dict(meds, mpi=95.0), "ring", "mpi") == {"auto", "mpi"}
+    assert close_series(dict(meds, mpi=103.0), "ring", "mpi") == {"auto", "mpi", "ring"}
+    assert close_series(dict(meds, mpi=95.0), "ring", "mpi") == {"auto", "mpi", "ring"}
     assert close_series(dict(meds, mpi=150.0), "ring", "mpi") == set()
     assert close_series(dict(meds, mpi=50.0), "ring", "mpi") == set()  # a clear loss: more calls change nothing
+
+
+def test_open_mpi_within_a_margin_of_commlibs_best_row_is_close_though_far_from_auto():
+    # session 42's all_to_all 8 MiB: auto (running direct) 1416 us, direct's own row 1505, Open MPI
+    # 1487: the summary divides by direct's row, which must get the rounds too
+    got = close_series({"direct": 1505.0, "pairwise": 1900.0, "auto": 1416.0, "mpi": 1487.0}, "direct", "mpi")
+    assert got == {"direct", "auto", "mpi"}
+    # auto far ahead of Open MPI, commlib's best row close to it: the best row and the peer
+    got = close_series({"direct": 1505.0, "pairwise": 1900.0, "auto": 1200.0, "mpi": 1487.0}, "direct", "mpi")
+    assert got == {"direct", "mpi"}
+    # a second algorithm one margin from taking the best row's place decides it too
+    got = close_series({"direct": 1505.0, "pairwise": 1560.0, "auto": 1200.0, "mpi": 1487.0}, "direct", "mpi")
+    assert got == {"direct", "pairwise", "mpi"}
+    # far on every verdict: nothing
+    assert close_series({"direct": 1000.0, "pairwise": 1900.0, "auto": 1000.0, "mpi": 1487.0}, "direct", "mpi") == set()
 
 
 def test_autos_own_path_is_a_candidate_timed_by_autos_row():
@@ -103,11 +121,11 @@ def _sweep(monkeypatch, durations, close_rounds=3, rounds=2, iters=4):
     return {r["algorithm"]: r for r in recs}, b
 
 
-def test_a_close_mpi_verdict_gets_more_rounds_of_auto_and_mpi_only(monkeypatch):
+def test_a_close_mpi_verdict_gets_more_rounds_of_its_series_only(monkeypatch):
     recs, b = _sweep(monkeypatch, {"ring": 100e-6, "direct": 300e-6, "auto": 100e-6, "mpi": 103e-6})
     # after the two regular rounds (each: a barrier, 2 calls of every series), three more rounds of
-    # auto and MPI, interleaved as before: a re-warm call, a barrier, 2 calls each; every round in
-    # its own order (sweep.round_order)
+    # auto, ring (commlib's best row) and MPI, interleaved as before: a re-warm call, a barrier, 2
+    # calls each; every round in its own order (sweep.round_order); direct, far behind, gets none
     def order(names, rnd):
         return [a for a, _ in sweep_mod.round_order([(n, "in") for n in names], "all_reduce", 1 << 20, rnd)]
     regular = []
@@ -116,12 +134,12 @@ def test_a_close_mpi_verdict_gets_more_rounds_of_auto_and_mpi_only(monkeypatch):
             regular += ([k] if rnd else []) + ["|"] + [k] * 2
     extra = []
     for rnd in range(3):
-        for k in order(("auto", "mpi"), 2 + rnd):
+        for k in order(("ring", "auto", "mpi"), 2 + rnd):
             extra += [k, "|", k, k]
     assert b.whose[-len(regular + extra):] == regular + extra
-    assert recs["auto"]["iters"] == recs["mpi"]["iters"] == 4 + 6
+    assert recs["auto"]["iters"] == recs["mpi"]["iters"] == recs["ring"]["iters"] == 4 + 6
     assert recs["auto"]["close_rounds"] == 3 and recs["auto"]["rounds"] == 5
-    assert recs["ring"]["iters"] == 4 and "close_rounds" not in recs["ring"] and recs["ring"]["rounds"] == 2
+    assert recs["direct"]["iters"] == 4 and "close_rounds" not in recs["direct"] and recs["direct"]["rounds"] == 2
     assert recs["mpi"]["backend"] == "mpi" and recs["auto"]["time_us"]["median"] == pytest.approx(100.0)
 
 
