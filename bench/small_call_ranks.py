@@ -12,6 +12,7 @@ wall time does not).
     python bench/small_call_ranks.py broadcast --np 4 --calls 3000     # commlib, then MPI
     python bench/small_call_ranks.py barrier --backends commlib
     python bench/small_call_ranks.py barrier --pin      # each rank bound to one core, spread
+    python bench/small_call_ranks.py barrier --cores 0,1,1,1    # one rank alone, three on a core
     COMMLIB_CMA=1 python bench/small_call_ranks.py all_to_all --bytes 16777216 --calls 20 --reps 2 \
         --algorithm direct      # 16 MiB all_to_all, single-copy reads forced on
 
@@ -143,15 +144,17 @@ def make_call(b, backend, coll, nbytes, algorithm, in_place=False, aligned=False
         return {"broadcast": functools.partial(b.comm.Bcast, buf, 0), "barrier": b.comm.Barrier,
                 "all_to_all": functools.partial(b.comm.Alltoall, send, out)}[coll]
     return {"broadcast": functools.partial(b.comm.broadcast, buf, 0, algorithm),
-            "barrier": functools.partial(b.comm.barrier, algorithm=algorithm),
+            "barrier": functools.partial(b.comm.barrier, False, algorithm),  # (positional: no kwargs dict a call)
             "all_to_all": functools.partial(b.comm.all_to_all, out, buf, algorithm)}[coll]
 
 
 def rank_main(backend, coll, calls, reps, pin=False, nbytes=8, algorithm="auto", syscalls=False, in_place=False,
-              aligned=False):
+              aligned=False, cores=""):
     from commlib.bench.rank_process import _make_backend
     b = _make_backend(backend)
-    if pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
+    if cores:  # rank r on the r-th core of the list: a placement the scheduler may or may not choose
+        os.sched_setaffinity(0, {int(cores.split(",")[b.rank])})
+    elif pin:  # rank r on the (r * cores / ranks)-th core of this process's set, for either library
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[b.rank * len(cpus) // b.size]})
     # several commlib algorithms (comma-separated) take turns within each rep: an A/B in one process
@@ -220,6 +223,9 @@ def main(argv=None):
     p.add_argument("--pin", action="store_true",
                    help="bind each rank to one core, spread evenly (separates the wait from where the "
                         "scheduler puts the ranks: unpinned, all four may share one core)")
+    p.add_argument("--cores", default="",
+                   help="bind rank r to the r-th core of this comma list (e.g. 0,1,1,1: one rank alone on a "
+                        "core, three sharing the other, a placement the scheduler keeps for whole runs)")
     p.add_argument("--syscalls", action="store_true",
                    help="count each rank's syscalls in the timed loop (perf stat tracepoints; root)")
     p.add_argument("--in-place", action="store_true", help="all_to_all, all_gather: the output is the input")
@@ -229,11 +235,12 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.rank_main:
         return rank_main(a.rank_main, a.collective, a.calls, a.reps, a.pin, a.bytes, a.algorithm, a.syscalls,
-                         a.in_place, a.aligned)
+                         a.in_place, a.aligned, a.cores)
     os.system("uptime")
     me = [sys.executable, os.path.abspath(__file__), a.collective, "--calls", str(a.calls), "--reps", str(a.reps),
           "--bytes", str(a.bytes), "--algorithm", a.algorithm]
     me += ["--pin"] if a.pin else []
+    me += ["--cores", a.cores] if a.cores else []
     me += ["--syscalls"] if a.syscalls else []
     me += ["--in-place"] if a.in_place else []
     me += ["--aligned"] if a.aligned else []
