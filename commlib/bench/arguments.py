@@ -81,8 +81,9 @@ def add_arguments(p: argparse.ArgumentParser):
                    help="interleave the algorithms of a size in this many rounds of iters/rounds calls (default 4)")
     p.add_argument("--close-rounds", type=int, default=8,
                    help="after a size's rounds, this many more rounds (as many calls each) of the series whose "
-                        "medians decide a close verdict: auto within 10%% of the best, or Open MPI against auto or commlib's best row, "
-                        "turned by a 10%% move of one series (commlib/bench/close_calls.py; default 8, 0: none)")
+                        "medians decide a close verdict: auto within 10%% of the best, or Open MPI against auto "
+                        "or commlib's best row, turned by a 10%% move of one series (commlib/bench/close_calls.py; "
+                        "default 8, 0: none)")
     p.add_argument("-c", "--check", type=int, default=1, help="check results (1, default) or not (0)")
     p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                    help="commlib: out-of-place, in-place or both columns (default both; broadcast runs in place only)")

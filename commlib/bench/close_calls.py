@@ -13,10 +13,10 @@ and if so times the series that decide it (auto, the algorithm auto runs, every 
 turns it, the peer) in that many more interleaved rounds. Where auto runs the best algorithm, that
 algorithm's own row is a second measurement of it, and the one the summary divides by: before
 session 42 only auto's row got the rounds, and a 20-call row of the algorithm (all_to_all 8 MiB,
-direct 1505 us against auto's 1416 running it) put the summary under Open MPI (1487 us). Every series of a close decision gets the
-same rounds at the same times, so their ratio keeps the interleaving's protection; the row's time
-stays the median over all its calls, and the record says how many rounds it had. A decision far from
-its threshold costs nothing more.
+direct 1505 us against auto's 1416 running it) put the summary under Open MPI (1487 us). Every
+series of a close decision gets the same rounds at the same times, so their ratio keeps the
+interleaving's protection; the row's time stays the median over all its calls, and the record says
+how many rounds it had. A decision far from its threshold costs nothing more.
 """
 from __future__ import annotations
 

@@ -224,7 +224,7 @@ def build(datas, outdir, explorer=None):
           f"per algorithm, mode and size" + (f"; best of {passes} passes per row, every backend alike" if passes > 1
                                              else "") + ".")
     if cfg.get("close_rounds"):  # commlib/bench/close_calls.py
-        doc.p(f"Close verdicts (auto within 10% of the best algorithm, or Open MPI against auto or commlib's best row, turned by a 10% "
-              f"move of one series) got {cfg['close_rounds']} more rounds for the series deciding them: {close} "
+        doc.p(f"Close verdicts (auto within 10% of the best algorithm, or Open MPI against auto or commlib's "
+              f"best row, turned by a 10% move of one series) got {cfg['close_rounds']} more rounds for the series deciding them: {close} "
               f"rows (their records' close_rounds).")
     return doc

@@ -11,10 +11,10 @@ How a time is measured (documented in the report and the README):
    most ``--max-iters``; see :func:`iteration_counts`), then a barrier;
 2. those timed calls back to back (no barrier between them), split into ``--rounds`` rounds that
    interleave the algorithms of one size (see :class:`Sweep`), and ``--close-rounds`` more rounds of
-   the series whose medians so far decide a close verdict (T5, or Open MPI against auto or commlib's best row: see
-   commlib/bench/close_calls.py; the record's ``close_rounds`` says so); every rank records each call's
-   duration; a call's time is the **maximum over ranks** of that call's duration (a collective is
-   done when its slowest rank is done);
+   the series whose medians so far decide a close verdict (T5, or Open MPI against auto or
+   commlib's best row: see commlib/bench/close_calls.py; the record's ``close_rounds`` says so);
+   every rank records each call's duration; a call's time is the **maximum over ranks** of that
+   call's duration (a collective is done when its slowest rank is done);
 3. the row's ``time`` is the **median** of those per-call times (min, max and the loop average,
    i.e. the slowest rank's total loop time / n as nccl-tests reports, are kept in the JSON);
 4. beside the times, what the calls cost whatever the machine's load: ``cpu_us``, the CPU time
