@@ -156,17 +156,23 @@ def config_from_args(a) -> dict:
     }
 
 
-def _single_copy_in_force(a):
-    """The "single_copy" section of the tuning the ranks load ({} for none), when they run under
-    COMMLIB_CMA=auto; None otherwise, or when that tuning cannot be read (the ranks then warn)."""
-    if getattr(a, "single_copy_ab", False) or settings.get("COMMLIB_CMA") != "auto":
-        return None
+def _section_in_force(name):
+    """Section ``name`` of the tuning the ranks load ({} for none); None when that tuning cannot be
+    read (the ranks then warn)."""
     from commlib.core import tuning
     try:
         found = tuning.in_force()
     except (OSError, ValueError):
         return None
-    return (found[0].get("single_copy") or {}) if found else {}
+    return (found[0].get(name) or {}) if found else {}
+
+
+def _single_copy_in_force(a):
+    """The "single_copy" section of the tuning the ranks load ({} for none), when they run under
+    COMMLIB_CMA=auto; None otherwise, or when that tuning cannot be read (the ranks then warn)."""
+    if getattr(a, "single_copy_ab", False) or settings.get("COMMLIB_CMA") != "auto":
+        return None
+    return _section_in_force("single_copy")
 
 
 def _stream_in_force(a):
@@ -174,12 +180,7 @@ def _stream_in_force(a):
     unset; None under --stream-ab, when it is set, or when that tuning cannot be read."""
     if getattr(a, "stream_ab", False) or settings.is_set("COMMLIB_STREAM_BYTES"):
         return None
-    from commlib.core import tuning
-    try:
-        found = tuning.in_force()
-    except (OSError, ValueError):
-        return None
-    return (found[0].get("stream") or {}) if found else {}
+    return _section_in_force("stream")
 
 
 def _compress(a, device, peers):
